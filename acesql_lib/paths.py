@@ -1,0 +1,84 @@
+"""Every path the kit reads or writes, resolved in one place from the profile.
+
+Relative paths in a profile are relative to the repository root, so notebooks (which papermill
+runs from `notebooks/`) and modules see the same files.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import REPO_ROOT, Config
+
+
+def resolve(path: str | Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+@dataclass(frozen=True)
+class Paths:
+    profile: str
+    run: Path  # runs/<profile>: models, checkpoints, rollouts, logs (not in git)
+    reports: Path  # reports/<profile>: tables, figures, metrics, executed notebooks (generated)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "Paths":
+        run = resolve(cfg.run_dir) if cfg.run_dir else REPO_ROOT / "runs" / cfg.profile
+        return cls(profile=cfg.profile, run=run, reports=REPO_ROOT / "reports" / cfg.profile)
+
+    # data ------------------------------------------------------------------------------------
+    @property
+    def data(self) -> Path:
+        return self.run / "data"
+
+    @property
+    def tinyworld(self) -> Path:
+        return self.data / "tinyworld"
+
+    @property
+    def filtered_pool(self) -> Path:
+        return self.data / "filtered_pool.json"
+
+    # stage 1 ---------------------------------------------------------------------------------
+    @property
+    def base_model(self) -> Path:
+        return self.run / "models" / "base"
+
+    @property
+    def distill(self) -> Path:
+        return self.run / "distill"
+
+    @property
+    def sft_model(self) -> Path:
+        return self.run / "models" / "sft"
+
+    # stage 2 ---------------------------------------------------------------------------------
+    def grpo_run(self, name: str = "full") -> Path:
+        return self.run / "grpo" / name
+
+    # reports ---------------------------------------------------------------------------------
+    @property
+    def metrics(self) -> Path:
+        return self.reports / "metrics"
+
+    @property
+    def figures(self) -> Path:
+        return self.reports / "figures"
+
+    @property
+    def tables(self) -> Path:
+        return self.reports / "tables"
+
+    @property
+    def executed(self) -> Path:
+        return self.reports / "executed"
+
+    @property
+    def eval_dir(self) -> Path:
+        return self.run / "eval"
+
+    def ensure(self) -> "Paths":
+        for d in (self.run, self.data, self.metrics, self.figures, self.tables, self.executed):
+            d.mkdir(parents=True, exist_ok=True)
+        return self
