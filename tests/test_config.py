@@ -1,0 +1,80 @@
+import pytest
+
+from acesql_lib.config import Config, ConfigError, GRPOConfig, load_config
+from acesql_lib.paths import Paths
+
+
+def test_defaults_are_the_papers():
+    c = Config()
+    assert (c.grpo.batch_questions, c.grpo.n_retriever, c.grpo.n_generator) == (16, 8, 8)
+    assert c.grpo.gamma == 0.5 and c.grpo.kl_coef == 0.001 and c.grpo.clip_eps == 0.2 and c.grpo.dual_clip == 3.0
+    assert c.grpo.learning_rate == 1e-6 and c.grpo.gen_schedule_ratio == 0.25 and c.grpo.max_grad_norm == 1.0
+    assert (c.grpo.len_penalty_start, c.grpo.len_penalty_end, c.grpo.len_penalty_max) == (512, 2048, 0.5)
+    assert c.sft.learning_rate == 2e-5 and c.sft.num_epochs == 2 and c.sft.max_length == 4096
+    assert c.distill.rl_min_correct == 2 and c.distill.rl_max_correct == 14 and c.distill.n_validation == 40
+    assert c.model.base_model == "Qwen/Qwen3-8B"
+
+
+@pytest.mark.parametrize("profile", ["tiny", "paper"])
+def test_profiles_load(profile):
+    cfg = load_config(profile)
+    assert cfg.profile == profile
+    assert Paths.from_config(cfg).reports.name == profile
+
+
+def test_paper_profile_equals_defaults_for_the_method():
+    """paper.yaml restates the defaults; a drift between them would silently change the recipe."""
+    cfg = load_config("paper")
+    assert cfg.grpo == GRPOConfig(accelerate_config=cfg.grpo.accelerate_config)
+    assert cfg.sft == Config().sft
+
+
+def write(tmp_path, text):
+    p = tmp_path / "p.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_unknown_key_names_key_and_file(tmp_path):
+    path = write(tmp_path, "grpo:\n  gamaa: 0.3\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "grpo.gamaa" in str(e.value) and path in str(e.value)
+
+
+def test_wrong_type_names_key_and_file(tmp_path):
+    path = write(tmp_path, "grpo:\n  batch_questions: many\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "grpo.batch_questions" in str(e.value) and path in str(e.value)
+
+
+def test_bad_value_names_key_and_file(tmp_path):
+    path = write(tmp_path, "grpo:\n  pcgrad: sideways\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "grpo.pcgrad" in str(e.value) and path in str(e.value)
+
+
+def test_int_accepted_for_float_and_overrides(tmp_path):
+    cfg = load_config(write(tmp_path, "grpo:\n  gamma: 1\n"), {"grpo.kl_coef": 0.01, "seed": 3})
+    assert cfg.grpo.gamma == 1.0 and isinstance(cfg.grpo.gamma, float)
+    assert cfg.grpo.kl_coef == 0.01 and cfg.seed == 3
+
+
+def test_bad_override_is_named():
+    with pytest.raises(ConfigError, match="grpo.nope"):
+        load_config("tiny", {"grpo.nope": 1})
+
+
+def test_missing_profile():
+    with pytest.raises(ConfigError, match="profile not found"):
+        load_config("no_such_profile")
+
+
+def test_nested_eval_sets(tmp_path):
+    path = write(tmp_path, "eval:\n  sets:\n    - {name: a, format: spider, path: x, tables: y, db_root: z}\n")
+    cfg = load_config(path)
+    assert cfg.eval.sets[0].format == "spider"
+    with pytest.raises(ConfigError, match="format"):
+        load_config(write(tmp_path, "eval:\n  sets:\n    - {name: a, format: csv}\n"))
