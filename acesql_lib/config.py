@@ -61,6 +61,7 @@ class FilteringConfig:
     dedup_questions: bool = True  # drop repeated questions (case/space-normalised)
     dedup_sql: bool = True  # drop repeated normalised gold SQL
     require_execution: bool = True  # gold SQL must parse, resolve to a column set and execute
+    drop_empty_results: bool = True  # UNKNOWN: gold SQL returning no rows is dropped (an empty result matches too easily to teach)
     target_size: int = 20000  # UNKNOWN: questions kept for distillation (paper keeps 7,092 SFT pairs after it)
     exec_timeout_s: float = 30.0  # §4 step 4 timeout, reused for gold checks
 
@@ -85,6 +86,7 @@ class ModelConfig:
     lora_dropout: float = 0.05
     # The tiny profile builds its own base model offline (a Qwen3 architecture trained from scratch).
     build_tiny: bool = False
+    prompt_style: str = "paper"  # §2 prompts in the kit's wording; "tiny" shortens the instructions for CPU sequences
     tiny_vocab_size: int = 2048
     tiny_hidden_size: int = 256
     tiny_num_layers: int = 4

@@ -283,7 +283,10 @@ class Schema:
             for item in selected:
                 t, _, c = item.partition(".")
                 hit = self.canonical(t, c) if c else None
-                (keep.add(hit) if hit else unknown.append(item))
+                if hit:
+                    keep.add(hit)
+                else:
+                    unknown.append(item)
             if unknown:
                 raise ValueError(f"database {self.db_id!r}: not in the schema: {sorted(unknown)}")
             if not keep:

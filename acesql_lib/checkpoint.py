@@ -1,0 +1,104 @@
+"""Step-numbered, atomic, resumable GRPO checkpoints.
+
+One folder per step holds everything needed to continue exactly: the policy weights, optimizer and
+scheduler states, the RNG states of every generator the loop draws from, the column-set pool, the
+data cursor (epoch, position) and the resolved config. A folder counts only once its `COMPLETE`
+marker exists, so a crash while saving leaves the previous checkpoint as the latest.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from .pool import ColumnSetPool
+
+MARKER = "COMPLETE"
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # questions already taken from this epoch's permutation
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate(s["python"])
+    np.random.set_state(s["numpy"])
+    torch.set_rng_state(s["torch"])
+    if s.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def checkpoints(out_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    found = [p for p in Path(out_dir).glob("checkpoint-*") if (p / MARKER).exists() and p.name.split("-")[-1].isdigit()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
+
+
+def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any,
+         pool: ColumnSetPool, cfg: Any, tokenizer: Any = None, keep: int = 3) -> Path | None:
+    out_dir = Path(out_dir)
+    final = out_dir / f"checkpoint-{state.step}"
+    tmp = out_dir / f".tmp-checkpoint-{state.step}"
+    acc.wait_for_everyone()
+    model_state = acc.get_state_dict(model)  # collective under FSDP: every rank takes part
+    if acc.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
+                   tmp / "trainer_state.pt")
+        pool.save(tmp / "pool.json")
+        (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2) + "\n")
+        (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        (tmp / MARKER).write_text("ok\n")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for old in checkpoints(out_dir)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()
+    return final if acc.is_main_process else None
+
+
+def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any
+                ) -> tuple[TrainState, ColumnSetPool] | None:
+    """Restore the newest complete checkpoint into the live objects; None when there is none."""
+    found = checkpoints(Path(out_dir))
+    if not found:
+        return None
+    path = found[-1]
+    from safetensors.torch import load_file
+
+    weights: dict[str, torch.Tensor] = {}
+    for f in sorted((path / "model").glob("*.safetensors")):
+        weights.update(load_file(str(f)))
+    target = acc.unwrap_model(model)
+    missing, unexpected = target.load_state_dict(weights, strict=False)
+    # tied embeddings are saved once; anything else missing means a different model
+    real_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if real_missing or unexpected:
+        raise RuntimeError(f"{path}: checkpoint does not fit the model (missing {real_missing[:5]}, "
+                           f"unexpected {list(unexpected)[:5]})")
+    blob = torch.load(path / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(blob["optimizer"])
+    scheduler.load_state_dict(blob["scheduler"])
+    _set_rng_state(blob["rng"])
+    state = TrainState(**json.loads((path / "state.json").read_text()))
+    pool = ColumnSetPool.load(path / "pool.json")
+    return state, pool

@@ -1,0 +1,229 @@
+"""Paired self-distillation (§3.2) and RL data selection (§3.4).
+
+The base model plays both roles on each filtered question: n retriever samples, a majority vote,
+N generator samples on the voted schema, execution against the gold. From the correct rollouts
+come (1) SFT samples for both roles, (2) the initial column-set pool, (3) per-question pass counts,
+which choose the RL questions (neither trivial nor hopeless) and a held-out validation split.
+
+Distillation writes one shard per `distill.shard_size` questions as it goes; a rerun skips the
+shards already on disk, so a killed run loses at most one shard.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tqdm.auto import tqdm
+
+from .config import Config
+from .datasets import Example
+from .executor import execute
+from .pool import ColumnSetPool
+from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
+from .rollouts import QuestionRollout, Task, rollout
+from .schema import Schema
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks: examples with their schemas (one Schema per database, read once)
+
+
+def schema_for(db_path: str | Path, n_values: int = 2, max_chars: int = 40) -> Schema:
+    """The live schema with BIRD descriptions when the database folder has them (§2)."""
+    db_path = Path(db_path)
+    desc = db_path.parent / "database_description"
+    return Schema.from_sqlite(db_path, description_dir=desc if desc.is_dir() else None, n_values=n_values,
+                              max_chars=max_chars)
+
+
+def make_tasks(examples: Sequence[Example], n_values: int = 2, max_chars: int = 40) -> list[Task]:
+    schemas: dict[str, Schema] = {}
+    tasks = []
+    for ex in examples:
+        if ex.db_path not in schemas:
+            schemas[ex.db_path] = schema_for(ex.db_path, n_values, max_chars)
+        tasks.append(Task(ex, schemas[ex.db_path]))
+    return tasks
+
+
+def usable(tasks: Sequence[Task], timeout_s: float) -> tuple[list[Task], Counter]:
+    """Drop (and count) questions whose database is missing or whose gold SQL fails or is unresolvable."""
+    kept, skipped = [], Counter()
+    for t in tasks:
+        if not Path(t.example.db_path).is_file():
+            skipped["missing database"] += 1
+        elif execute(t.example.db_path, t.example.sql, timeout_s=timeout_s).status != "ok":
+            skipped["gold fails"] += 1
+        elif not t.gold_columns:
+            skipped["gold column set unresolvable"] += 1
+        else:
+            kept.append(t)
+    return kept, skipped
+
+
+# ---------------------------------------------------------------------------------------------
+# Distillation with shards
+
+
+def _record(r: QuestionRollout) -> dict[str, Any]:
+    return {
+        "qid": r.task.qid,
+        "gold_columns": sorted(r.task.gold_columns or ()),
+        "selected": sorted(r.selected),
+        "retriever": [{"text": c.text, "columns": sorted(p.columns), "n_tokens": c.n_tokens, "well_formed": p.well_formed}
+                      for c, p in zip(r.retriever.completions, r.retriever.parses)],
+        "generator": [{"text": c.text, "sql": p.sql, "n_tokens": c.n_tokens, "well_formed": p.well_formed,
+                       "match": m, "columns": sorted(s) if s is not None else None}
+                      for c, p, m, s in zip(r.generator.completions, r.generator.parses, r.matches, r.match_sets)],
+    }
+
+
+def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
+                     style: str = "paper", progress: bool = True) -> list[dict[str, Any]]:
+    """Roll out every task in shards under `out_dir/shards/`; finished shards are read, not redone."""
+    d = cfg.distill
+    shard_dir = Path(out_dir) / "shards"
+    shard_dir.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    starts = list(range(0, len(tasks), d.shard_size))
+    for k, s in enumerate(tqdm(starts, desc="distill shards", disable=not progress)):
+        path = shard_dir / f"shard-{k:05d}.jsonl"
+        chunk = tasks[s:s + d.shard_size]
+        if path.exists():
+            done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            if [r["qid"] for r in done] == [t.qid for t in chunk]:
+                records.extend(done)
+                continue
+        rolls = rollout(chunk, engine, tokenizer, n_retriever=d.n_retriever, n_generator=d.n_generator,
+                        temperature=d.temperature, top_p=d.top_p, max_new_tokens=d.max_new_tokens,
+                        vote_threshold=d.vote_threshold, style=style, enable_thinking=cfg.engine.enable_thinking,
+                        compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s, seed=cfg.seed * 7919 + k)
+        lines = [_record(r) for r in rolls]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+        tmp.replace(path)  # a shard exists whole or not at all
+        records.extend(lines)
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# Products of distillation
+
+
+def choose_trace(candidates: list[dict[str, Any]], how: str, rng: random.Random) -> dict[str, Any]:
+    """UNKNOWN in the paper (§3.2) how one trace per question is kept; the kit's options."""
+    if how == "shortest":
+        return min(candidates, key=lambda c: (c["n_tokens"], c["text"]))
+    if how == "first":
+        return candidates[0]
+    return rng.choice(candidates)
+
+
+def _retriever_think(record: dict[str, Any], target: set[str]) -> str:
+    """The think text of the retriever sample whose list is closest to the target (Jaccard): the
+    retriever target keeps the model's own reasoning and replaces only its list (§3.2)."""
+    best, score = "", -1.0
+    for r in record["retriever"]:
+        cols = set(r["columns"])
+        j = len(cols & target) / max(len(cols | target), 1)
+        think = parse_think(r["text"]).think
+        if think and j > score:
+            best, score = think, j
+    return best or "Select the columns the query needs."
+
+
+@dataclass
+class DistillProducts:
+    sft_samples: list[dict[str, Any]]  # {"role", "qid", "prompt": [messages], "completion": [messages]}
+    pool: ColumnSetPool
+    pass_counts: dict[str, int]
+    rl_train: list[str]
+    rl_validation: list[str]
+    alt_route_share: float  # share of correct rollouts whose column set differs from the gold SQL's
+    summary: dict[str, Any]
+
+
+def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str = "paper"
+                   ) -> DistillProducts:
+    d = cfg.distill
+    by_id = {t.qid: t for t in tasks}
+    rng = random.Random(cfg.seed)
+    samples, correct_sets, gold, pass_counts = [], {}, {}, {}
+    n_correct = n_alt = 0
+    for rec in records:
+        t = by_id[rec["qid"]]
+        ex = t.example
+        good = [g for g in rec["generator"] if g["match"] and g["well_formed"]]
+        pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
+        gold[rec["qid"]] = rec["gold_columns"]
+        sets = [g["columns"] for g in rec["generator"] if g["match"] and g["columns"]]
+        correct_sets[rec["qid"]] = sets
+        n_correct += len(sets)
+        n_alt += sum(1 for s in sets if s != rec["gold_columns"])
+        if not good:
+            continue
+        trace = choose_trace([g for g in good if g["columns"]] or good, d.trace_choice, rng)
+        target = set(trace["columns"] or rec["gold_columns"])
+        gen_prompt = generator_messages(t.schema.to_ddl(rec["selected"]), ex.question, ex.evidence, style=style)
+        ret_prompt = retriever_messages(t.full_ddl, ex.question, ex.evidence, style=style)
+        samples.append({"role": "generator", "qid": rec["qid"], "prompt": gen_prompt,
+                        "completion": [{"role": "assistant", "content": trace["text"].strip()}]})
+        samples.append({"role": "retriever", "qid": rec["qid"], "prompt": ret_prompt,
+                        "completion": [{"role": "assistant",
+                                        "content": retriever_target(target, _retriever_think(rec, target))}]})
+    pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
+    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first
+    eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
+    rng.shuffle(eligible)
+    rl_validation = sorted(eligible[:d.n_validation])
+    rl_train = sorted(eligible[d.n_validation:d.n_validation + d.n_rl_train])
+    hist = Counter(pass_counts.values())
+    summary = {
+        "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,
+        "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
+        "questions_with_correct": sum(1 for k in pass_counts.values() if k > 0),
+        "sft_samples": dict(Counter(s["role"] for s in samples)),
+        "correct_rollouts": n_correct, "alt_route_share": n_alt / n_correct if n_correct else 0.0,
+        "rl_train": len(rl_train), "rl_validation": len(rl_validation), "pool": pool.stats(),
+    }
+    return DistillProducts(samples, pool, pass_counts, rl_train, rl_validation, summary["alt_route_share"], summary)
+
+
+def save_products(p: DistillProducts, tasks: Sequence[Task], out_dir: str | Path) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "sft_samples.jsonl").open("w") as f:
+        for s in p.sft_samples:
+            f.write(json.dumps(s) + "\n")
+    p.pool.save(out / "pool.json")
+    by_id = {t.qid: t.example for t in tasks}
+    rl = {"pass_counts": p.pass_counts,
+          "train": [dataclasses.asdict(by_id[q]) for q in p.rl_train],
+          "validation": [dataclasses.asdict(by_id[q]) for q in p.rl_validation]}
+    (out / "rl_questions.json").write_text(json.dumps(rl, indent=1))
+    (out / "summary.json").write_text(json.dumps(p.summary, indent=2, default=str))
+
+
+def load_sft_samples(out_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(out_dir) / "sft_samples.jsonl"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no SFT samples; run the self-distillation notebook (02) first")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
+    """The RL question set and its validation split, as written by `save_products`."""
+    path = Path(paths.distill) / "rl_questions.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no RL question set; run the self-distillation notebook (02) first")
+    data = json.loads(path.read_text())
+    train = make_tasks([Example(**e) for e in data["train"]], cfg.data.n_example_values, cfg.data.example_max_chars)
+    val = make_tasks([Example(**e) for e in data["validation"]], cfg.data.n_example_values, cfg.data.example_max_chars)
+    if not train:
+        raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
+    return train, val

@@ -1,0 +1,318 @@
+"""Two-pass greedy evaluation (§5): retriever on the full schema, generator on the pruned schema.
+
+For every question: the retriever reads the full schema and lists columns; its parsed list prunes
+the schema (`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the
+last sql block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
+role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
+(`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
+gold has ORDER BY). Errors, timeouts and outputs without a closed sql block score 0.
+
+Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
+- output tokens per question = retriever + generator generated tokens (stop token included),
+  counted with the policy's tokenizer;
+- Generator Ability = EX of a third greedy pass in which the generator is given the gold SQL's
+  column set as the pruned schema (over questions whose gold column set resolves);
+- Retriever Ability = share of questions whose retrieved set covers the gold column set; column
+  precision, recall (macro means over questions) and exact-match share are reported beside it;
+  precision of an empty retrieval is 0;
+- alternative-route share = share of execution-correct predictions whose column set differs from
+  the gold's (`routes.route_share`); None when no correct prediction resolves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .config import Config, EvalSet
+from .engines import Completion, Engine, HFEngine
+from .executor import score_batch, write_bird_predictions
+from .paths import Paths, resolve
+from .prompts import parse_generator, parse_retriever
+from .rollouts import Task, generator_prompt, retriever_prompt
+from .routes import route_share
+from .schema import Schema
+
+DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, Any]
+    records: list[dict[str, Any]]
+    out_dir: Path | None = None
+    files: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def ex(self) -> float:
+        return self.metrics["ex"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: pure functions of per-question records (so they are tested on fixed records)
+
+
+def _pct(hits: Iterable[bool]) -> tuple[float, int]:
+    hits = [bool(h) for h in hits]
+    return (100.0 * sum(hits) / len(hits) if hits else 0.0), len(hits)
+
+
+def ex_by_difficulty(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """{"overall": {"ex": %, "n": n}, "<level>": {...}} over every level present in the records."""
+    out = {}
+    ex, n = _pct(r["correct"] for r in records)
+    out["overall"] = {"ex": ex, "n": n}
+    levels = {str(r.get("difficulty") or "") for r in records} - {""}
+    for level in [lv for lv in DIFFICULTY_ORDER if lv in levels] + sorted(levels - set(DIFFICULTY_ORDER)):
+        ex, n = _pct(r["correct"] for r in records if r.get("difficulty") == level)
+        out[level] = {"ex": ex, "n": n}
+    return out
+
+
+def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
+    """Retriever Ability (coverage of the gold column set), column precision/recall/exact match, in %.
+
+    Only questions whose gold column set resolves count (`n`); comparisons ignore case.
+    """
+    cover, precision, recall, exact = [], [], [], []
+    for r in records:
+        gold = r.get("gold_columns")
+        if gold is None:
+            continue
+        gold = {c.lower() for c in gold}
+        got = {c.lower() for c in r.get("retrieved_columns") or []}
+        hit = len(gold & got)
+        cover.append(gold <= got)
+        precision.append(hit / len(got) if got else 0.0)
+        recall.append(hit / len(gold) if gold else 1.0)
+        exact.append(gold == got)
+    n = len(cover)
+
+    def mean(xs: list) -> float | None:
+        return 100.0 * sum(xs) / n if n else None
+
+    return {"retriever_ability": mean(cover), "column_precision": mean(precision), "column_recall": mean(recall),
+            "column_exact_match": mean(exact), "n": n}
+
+
+def generator_ability(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
+    """EX (%) of the generator on the gold-column schema, over questions where that pass ran."""
+    hits = [r["gold_schema_correct"] for r in records if r.get("gold_schema_correct") is not None]
+    return {"generator_ability": _pct(hits)[0] if hits else None, "n": len(hits)}
+
+
+def token_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean generated tokens per question: retriever, generator and their sum (§5, kit's counting)."""
+    n = len(records) or 1
+    ret = sum(r["retriever_tokens"] for r in records) / n
+    gen = sum(r["generator_tokens"] for r in records) / n
+    return {"tokens_per_question": ret + gen, "retriever_tokens": ret, "generator_tokens": gen}
+
+
+def alt_route_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Share (%) of correct predictions on an alternative route; None when none resolves."""
+    share = route_share(records)
+    value = None if math.isnan(share["share"]) else 100.0 * share["share"]
+    return {"alt_route_share": value, **{f"alt_route_{k}": v for k, v in share.items() if k != "share"}}
+
+
+def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every headline metric of one evaluation, from its per-question records."""
+    by_diff = ex_by_difficulty(records)
+    retrieval = retrieval_metrics(records)
+    gen = generator_ability(records)
+    n = len(records) or 1
+    return {
+        "n": len(records), "ex": by_diff["overall"]["ex"], "ex_by_difficulty": by_diff,
+        **token_metrics(records),
+        "generator_ability": gen["generator_ability"], "generator_ability_n": gen["n"],
+        **{k: v for k, v in retrieval.items() if k != "n"}, "retriever_n": retrieval["n"],
+        **alt_route_metrics(records),
+        "retriever_well_formed": 100.0 * sum(r["retriever_well_formed"] for r in records) / n,
+        "generator_well_formed": 100.0 * sum(r["generator_well_formed"] for r in records) / n,
+        "truncated": 100.0 * sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the passes
+
+
+def _generate(engine: Engine, prompts: list[str], max_new_tokens: int, chunk: int, desc: str,
+              progress: bool) -> list[Completion]:
+    """Greedy, one sample per prompt, in engine-sized chunks so progress is visible."""
+    out: list[Completion] = []
+    for start in tqdm(range(0, len(prompts), chunk), desc=desc, disable=not progress or not prompts, leave=False):
+        batch = engine.generate(prompts[start:start + chunk], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+        out.extend(c[0] for c in batch)
+    return out
+
+
+def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
+             mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
+             engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True) -> EvalResult:
+    """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`; files go to `out_dir`.
+
+    `schemas` maps db_id to its Schema; `mode` is the executor's compare mode ("set" for BIRD,
+    "spider" for Spider). `gold_schema_pass` adds the third pass behind Generator Ability.
+    """
+    missing = sorted({ex.db_id for ex in examples} - set(schemas))
+    if missing:
+        raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
+    start = time.perf_counter()
+    engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
+    chunk = max(1, cfg.engine.hf_batch_size)
+    style, thinking, budget = cfg.model.prompt_style, cfg.engine.enable_thinking, cfg.eval.max_new_tokens
+    tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
+
+    # 1. retriever on the full schema
+    r_out = _generate(engine, [retriever_prompt(t, tokenizer, style, thinking) for t in tasks], budget, chunk,
+                      f"{stage} retriever", progress)
+    r_parse = [parse_retriever(c.text, t.schema, truncated=c.truncated) for t, c in zip(tasks, r_out)]
+    # 2. generator on the pruned schema
+    g_out = _generate(engine, [generator_prompt(t, p.columns, tokenizer, style, thinking) for t, p in zip(tasks, r_parse)],
+                      budget, chunk, f"{stage} generator", progress)
+    g_parse = [parse_generator(c.text, truncated=c.truncated) for c in g_out]
+    # 3. generator on the gold column set (Generator Ability; kit's definition)
+    gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
+    o_out = _generate(engine, [generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style, thinking)
+                               for i in gold_idx], budget, chunk, f"{stage} generator (gold schema)", progress)
+    o_sql = {i: parse_generator(c.text, truncated=c.truncated).sql for i, c in zip(gold_idx, o_out)}
+
+    # 4. execute everything in one batch
+    items = [(p.sql, t.example.sql, t.example.db_path) for t, p in zip(tasks, g_parse)]
+    items += [(o_sql[i], tasks[i].example.sql, tasks[i].example.db_path) for i in gold_idx]
+    scores = score_batch(items, mode=mode, timeout_s=cfg.eval.exec_timeout_s, workers=cfg.eval.workers,
+                         progress=progress) if items else []
+    gold_correct = {i: bool(s.correct) and bool(o_sql[i]) for i, s in zip(gold_idx, scores[len(tasks):])}
+
+    records = []
+    for i, (t, rc, rp, gc, gp, s) in enumerate(zip(tasks, r_out, r_parse, g_out, g_parse, scores)):
+        correct = bool(s.correct) and bool(gp.sql)  # no sql block never matches
+        pred_cols = t.columns_of(gp.sql)
+        gold_cols = t.gold_columns
+        alt = (pred_cols != gold_cols) if (correct and pred_cols is not None and gold_cols is not None) else None
+        ex = t.example
+        records.append({
+            "id": ex.id, "db_id": ex.db_id, "difficulty": ex.difficulty or "", "question": ex.question,
+            "retrieved_columns": sorted(rp.columns), "pred_sql": gp.sql, "correct": correct,
+            "exec_status": s.pred_status, "gold_sql": ex.sql,
+            "retriever_tokens": rc.n_tokens, "generator_tokens": gc.n_tokens,
+            "retriever_truncated": rc.truncated, "generator_truncated": gc.truncated,
+            "retriever_well_formed": rp.well_formed, "generator_well_formed": gp.well_formed,
+            "gold_columns": sorted(gold_cols) if gold_cols is not None else None,
+            "pred_columns": sorted(pred_cols) if pred_cols is not None else None, "alt_route": alt,
+            "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
+        })
+    metrics = {"stage": stage, "set": set_name, "mode": mode, **summarize(records),
+               "seconds": time.perf_counter() - start}
+    result = EvalResult(metrics, records)
+    if out_dir is not None:
+        result.out_dir = Path(out_dir)
+        result.files = write_outputs(result, set_name)
+    return result
+
+
+def write_outputs(result: EvalResult, set_name: str) -> dict[str, Path]:
+    """predictions.jsonl (per question), predict_<set>.json (official BIRD format), metrics.json."""
+    out = result.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"predictions": out / "predictions.jsonl", "bird": out / f"predict_{set_name}.json",
+             "metrics": out / "metrics.json"}
+    with files["predictions"].open("w", encoding="utf-8") as f:
+        for r in result.records:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    write_bird_predictions(files["bird"], [r["pred_sql"] for r in result.records], [r["db_id"] for r in result.records])
+    files["metrics"].write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# One configured evaluation set, and the CLI
+
+
+def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, Schema]]:
+    """Questions of one `eval.sets` entry (BIRD or Spider layout) and their schemas read from SQLite.
+
+    Schemas carry example values (§2) and, when the database folder has BIRD's
+    `database_description/`, column descriptions.
+    """
+    from . import datasets
+
+    path, tables, db_root = resolve(eval_set.path), resolve(eval_set.tables), resolve(eval_set.db_root)
+    loader = datasets.load_bird if eval_set.format == "bird" else datasets.load_spider
+    examples = list(loader(path, db_root))
+    if cfg.eval.max_examples:
+        examples = examples[: cfg.eval.max_examples]
+    schemas: dict[str, Schema] = {}
+    for ex in examples:
+        if ex.db_id not in schemas:
+            db_path = Path(ex.db_path)
+            schemas[ex.db_id] = Schema.from_sqlite(db_path, db_path.parent / "database_description",
+                                                   cfg.data.n_example_values, cfg.data.example_max_chars)
+    return examples, schemas
+
+
+def _engine_for(cfg: Config, model: Any, tokenizer: Any, model_path: str | Path) -> Engine:
+    from . import engines
+
+    make = getattr(engines, "make_engine", None)
+    if make is None or cfg.engine.kind == "hf":
+        return HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
+    return make(cfg.engine, model=model, tokenizer=tokenizer, model_path=str(model_path))
+
+
+def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
+                 progress: bool = True) -> EvalResult:
+    """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>."""
+    from .models import load_policy
+
+    if isinstance(eval_set, str):
+        names = {s.name: s for s in cfg.eval.sets}
+        if eval_set not in names:
+            raise KeyError(f"eval set {eval_set!r} not in eval.sets ({', '.join(names)})")
+        eval_set = names[eval_set]
+    examples, schemas = load_eval_set(cfg, eval_set)
+    model, tokenizer = load_policy(model_path, cfg.model.dtype, cfg.model.device)
+    model.eval()
+    engine = _engine_for(cfg, model, tokenizer, model_path)
+    mode = "set" if eval_set.format == "bird" else "spider"  # §5
+    try:
+        return evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage,
+                        out_dir=paths.eval_dir / stage / eval_set.name, set_name=eval_set.name, engine=engine,
+                        progress=progress)
+    finally:
+        engine.close()
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
+    from .context import RunContext
+
+    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint.")
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint")
+    ap.add_argument("--stage", required=True, help="label for the outputs (base, sft, grpo, ...)")
+    ap.add_argument("--set", action="append", default=None, help="eval set name (default: every configured set)")
+    args = ap.parse_args(argv)
+    ctx = RunContext.create(args.profile)
+    results = {}
+    for s in ctx.cfg.eval.sets:
+        if args.set and s.name not in args.set:
+            continue
+        r = evaluate_set(ctx.cfg, ctx.paths, args.model, s, args.stage)
+        results[s.name] = r
+        print(json.dumps({"set": s.name, "ex": round(r.ex, 2), "n": r.metrics["n"],
+                          "tokens_per_question": round(r.metrics["tokens_per_question"], 1),
+                          "out_dir": str(r.out_dir)}))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""Joint two-role GRPO (§4): one model, a retriever loss and a generator loss, PCGrad between them.
+
+`JointGRPO.step()` is the whole method in labelled phases, top to bottom:
+
+    batch -> retriever rollouts -> vote -> generator rollouts -> execute -> pool -> rewards
+          -> advantages -> losses (two backward passes) -> PCGrad -> clip -> AdamW -> sync engine
+
+It runs the same in a notebook (one process) and under `accelerate launch -m acesql_lib.grpo`
+(DDP/FSDP): each rank takes its share of the step's questions, losses are normalised by the
+GLOBAL token count of each role so the summed update equals the single-process one, and pool
+updates are exchanged so every rank holds the same pool.
+
+Old log-probs: with one PPO epoch and one optimizer step per batch (§4 step 8) the sampling
+policy IS the current policy, so old log-probs are the current ones detached (ratio = 1; the
+clip and dual clip stay in the loss for engines whose sampling log-probs differ).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from . import checkpoint as ckpt
+from .config import Config, GRPOConfig
+from .pcgrad import combine_into_grads, save_grads
+from .pool import ColumnSetPool
+from .rewards import LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, retriever_reward
+from .rollouts import QuestionRollout, Task, rollout
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces with their own tests
+
+
+def gen_weight(step: int, total_steps: int, ramp_ratio: float) -> float:
+    """§4 step 9: w_gen rises linearly 0 -> 1 over the first `ramp_ratio` of steps; 0 at step 1."""
+    ramp = ramp_ratio * total_steps
+    if ramp <= 0:
+        return 1.0
+    return min(1.0, (step - 1) / ramp)
+
+
+def lr_lambda(warmup_steps: int) -> Callable[[int], float]:
+    """§4.11: constant learning rate after a linear warmup."""
+    return lambda i: min(1.0, (i + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor,
+                   clip_eps: float = 0.2, dual_clip: float = 3.0, kl_coef: float = 0.001
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """§4 step 8: PPO clipped surrogate with dual clip, plus the k3 ("low_var_kl") KL term, per token.
+
+    Returns (loss, kl, clipped) per token; `adv` is broadcast per sequence ([b, 1])."""
+    ratio = torch.exp(logp - old_logp)
+    pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip_eps, 1 + clip_eps))
+    pg = torch.where(adv < 0, torch.minimum(pg, -adv * dual_clip), pg)  # dual clip bounds negative advantages
+    delta = ref_logp - logp
+    kl = torch.exp(delta) - delta - 1  # k3: unbiased, always >= 0
+    clipped = ((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).float()
+    return pg + kl_coef * kl, kl, clipped
+
+
+@dataclass
+class RoleBatch:
+    """Every sampled sequence of one role in this rank's share of the step."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    advantages: torch.Tensor  # [n_seq]
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(c) for c in self.completion_ids)
+
+
+def _pad_batch(prompts: Sequence[list[int]], completions: Sequence[list[int]], pad_id: int, device: torch.device):
+    """Prompts left-padded, completions right-padded: completion tokens share columns, so the model
+    only needs logits for the last C+1 positions (TRL's layout; big vocabularies stay affordable)."""
+    p_len = max(len(p) for p in prompts)
+    c_len = max(max(len(c) for c in completions), 1)
+    n = len(prompts)
+    ids = torch.full((n, p_len + c_len), pad_id, dtype=torch.long)
+    attn = torch.zeros((n, p_len + c_len), dtype=torch.long)
+    cmask = torch.zeros((n, c_len), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, p_len - len(p):p_len] = torch.tensor(p, dtype=torch.long)
+        attn[i, p_len - len(p):p_len] = 1
+        if c:
+            ids[i, p_len:p_len + len(c)] = torch.tensor(c, dtype=torch.long)
+            attn[i, p_len:p_len + len(c)] = 1
+            cmask[i, :len(c)] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # positions as generation saw them (0 at the first real token)
+    return ids.to(device), attn.to(device), pos.to(device), cmask.to(device), c_len
+
+
+def completion_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
+                        c_len: int) -> torch.Tensor:
+    """Log-probability of each completion token, [b, c_len]."""
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=c_len + 1).logits
+    logits = logits[:, :-1].float()
+    target = ids[:, -c_len:]
+    return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The trainer
+
+
+@dataclass
+class StepReport:
+    """What one step did; notebook 04 narrates it and the JSONL log keeps `metrics`."""
+
+    step: int
+    rollouts: list[QuestionRollout]
+    targets: dict[str, list[frozenset[str]]]  # pool targets read before this step's matches
+    pool_before: dict[str, dict[frozenset[str], float]]
+    pool_after: dict[str, dict[frozenset[str], float]]
+    rewards: dict[str, torch.Tensor]  # role -> [questions, samples]
+    advantages: dict[str, torch.Tensor]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class NonFiniteLoss(FloatingPointError):
+    pass
+
+
+class JointGRPO:
+    def __init__(self, cfg: Config, policy: torch.nn.Module, reference: torch.nn.Module | None, tokenizer: Any,
+                 engine: Any, tasks: Sequence[Task], pool: ColumnSetPool, out_dir: str | Path,
+                 val_tasks: Sequence[Task] = (), accelerator: Any = None, style: str = "paper",
+                 progress: bool = True) -> None:
+        from accelerate import Accelerator
+
+        self.cfg, self.g = cfg, cfg.grpo
+        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.tokenizer, self.engine, self.style = tokenizer, engine, style
+        self.tasks, self.val_tasks, self.pool = list(tasks), list(val_tasks), pool
+        self.out = Path(out_dir)
+        self.progress = progress and self.acc.is_main_process
+        self.penalty = LengthPenalty.from_config(self.g)
+        self.total_steps = self.g.max_steps or self.g.epochs * math.ceil(len(self.tasks) / self.g.batch_questions)
+        optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
+                                      weight_decay=self.g.weight_decay)
+        warmup = math.ceil(self.g.warmup_ratio * self.total_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup))
+        self.model, self.optimizer, self.scheduler = self.acc.prepare(policy, optimizer, scheduler)
+        self.reference = reference
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.state = ckpt.TrainState()
+        self._stop_requested = False
+
+    # -- data cursor: a seeded permutation per epoch, so resuming needs only (epoch, position) --
+    def _next_questions(self) -> list[int]:
+        n, b = len(self.tasks), self.g.batch_questions
+        if self.state.position + b > n:  # not enough left in this epoch: start the next one
+            self.state.epoch += 1
+            self.state.position = 0
+        order = list(range(n))
+        random.Random(self.g.seed * 1_000_003 + self.state.epoch).shuffle(order)
+        chosen = order[self.state.position:self.state.position + b]
+        self.state.position += b
+        return chosen[self.acc.process_index::self.acc.num_processes]  # this rank's share
+
+    @property
+    def unwrapped(self) -> torch.nn.Module:
+        return self.acc.unwrap_model(self.model)
+
+    def step(self) -> StepReport:
+        g, step = self.g, self.state.step + 1
+        t0 = time.perf_counter()
+        tasks = [self.tasks[i] for i in self._next_questions()]
+
+        # -- 1-4. rollouts: retriever samples, vote, generator samples on the voted schema, execution
+        self.model.eval()
+        rolls = rollout(tasks, self.engine, self.tokenizer, n_retriever=g.n_retriever, n_generator=g.n_generator,
+                        temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_response_tokens,
+                        vote_mode=g.vote, vote_threshold=g.vote_threshold, style=self.style,
+                        enable_thinking=self.cfg.engine.enable_thinking, compare_mode=g.compare_mode,
+                        timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index)
+        t_rollout = time.perf_counter() - t0
+
+        # -- 5. pool: decay and read targets BEFORE adding this step's matches; every rank applies all updates
+        mine = [(r.task.qid, [s for s in r.match_sets if s]) for r in rolls]
+        everyone = _gather_objects(self.acc, mine)
+        pool_before = {q: self.pool.weights(q) for q, _ in mine}
+        targets = {}
+        for qid, sets in everyone:
+            targets[qid] = self.pool.visit(qid)
+            self.pool.add_matches(qid, sets)
+        pool_after = {q: self.pool.weights(q) for q, _ in mine}
+
+        # -- 6. rewards (sparse and gated, with the length penalty)
+        r_gen = torch.tensor([[generator_reward(p, m, c.n_tokens, self.penalty)
+                               for p, m, c in zip(r.generator.parses, r.matches, r.generator.completions)]
+                              for r in rolls], dtype=torch.float32)
+        r_ret = torch.tensor([[self._retriever_reward(r, p, c.n_tokens, targets[r.task.qid])
+                               for p, c in zip(r.retriever.parses, r.retriever.completions)]
+                              for r in rolls], dtype=torch.float32)
+
+        # -- 7. advantages per role, per question group
+        a_ret, a_gen = group_advantages(r_ret, g.adv_eps), group_advantages(r_gen, g.adv_eps)
+
+        # -- 8-10. two backward passes, PCGrad, clip, AdamW
+        w_gen = gen_weight(step, self.total_steps, g.gen_schedule_ratio)
+        self.model.train()
+        ret_batch = self._role_batch(rolls, "retriever", a_ret)
+        gen_batch = self._role_batch(rolls, "generator", a_gen)
+        m_ret = self._backward(ret_batch, weight=1.0)
+        saved = save_grads(self.params)  # the one extra gradient copy PCGrad needs
+        m_gen = self._backward(gen_batch, weight=w_gen)
+        losses = {"retriever": m_ret["loss"], "generator": m_gen["loss"]}
+        if not all(math.isfinite(v) for v in losses.values()):
+            self.save_checkpoint()  # parameters are still those of the last good step
+            raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
+                                f"saved in {self.out}; lower grpo.learning_rate or check the data")
+        pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded())
+        grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        # -- 11. the engine samples from the updated policy next step
+        self.engine.sync_weights(self.unwrapped)
+        self.state.step = step
+
+        metrics = {"step": step, "epoch": self.state.epoch, "w_gen": w_gen, "lr": self.scheduler.get_last_lr()[0],
+                   "grad_norm": grad_norm, "time/step_s": time.perf_counter() - t0, "time/rollout_s": t_rollout,
+                   **_role_metrics("retriever", r_ret, rolls, m_ret), **_role_metrics("generator", r_gen, rolls, m_gen),
+                   **pc.as_metrics(), **{f"pool/{k}": v for k, v in self.pool.stats().items()},
+                   **_rollout_metrics(rolls)}
+        metrics = _mean_over_ranks(self.acc, metrics)
+        return StepReport(step, rolls, targets, pool_before, pool_after, {"retriever": r_ret, "generator": r_gen},
+                          {"retriever": a_ret, "generator": a_gen}, metrics)
+
+    def _retriever_reward(self, r: QuestionRollout, parse: Any, n_tokens: int, targets: list[frozenset[str]]) -> float:
+        if self.g.retriever_reward == "dense":  # ablation: coverage minus noise against the top target (gold if none)
+            target = targets[0] if targets else (r.task.gold_columns or frozenset())
+            return dense_retriever_reward(parse, target, n_tokens, penalty=self.penalty)
+        return retriever_reward(parse, targets, n_tokens, self.penalty)
+
+    def _role_batch(self, rolls: Sequence[QuestionRollout], role: str, adv: torch.Tensor) -> RoleBatch:
+        enc: dict[str, list[int]] = {}
+        prompts, comps, advs = [], [], []
+        for i, r in enumerate(rolls):
+            samples = r.retriever if role == "retriever" else r.generator
+            for j, (p, c) in enumerate(zip(samples.prompts, samples.completions)):
+                if p not in enc:
+                    enc[p] = self.tokenizer(p, add_special_tokens=False)["input_ids"]
+                prompts.append(enc[p])
+                comps.append(list(c.token_ids))
+                advs.append(float(adv[i, j]))
+        return RoleBatch(prompts, comps, torch.tensor(advs))
+
+    def _backward(self, batch: RoleBatch, weight: float) -> dict[str, float]:
+        """Token-mean loss over the role's GLOBAL token count, accumulated over micro-batches."""
+        g, dev = self.g, self.acc.device
+        total_tokens = _sum_over_ranks(self.acc, batch.n_tokens)
+        scale = weight * self.acc.num_processes / max(total_tokens, 1)  # DDP averages ranks: undo it
+        sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+        n, mb = len(batch.prompt_ids), g.micro_batch_size
+        starts = list(range(0, n, mb))
+        for k, s in enumerate(starts):
+            sl = slice(s, s + mb)
+            ids, attn, pos, cmask, c_len = _pad_batch(batch.prompt_ids[sl], batch.completion_ids[sl],
+                                                      self.tokenizer.pad_token_id, dev)
+            with self.acc.no_sync(self.model) if k < len(starts) - 1 else _nullcontext():
+                logp = completion_logprobs(self.model, ids, attn, pos, c_len)
+                with torch.no_grad():
+                    ref_logp = (completion_logprobs(self.reference, ids, attn, pos, c_len)
+                                if self.reference is not None and g.kl_coef > 0 else logp.detach())
+                adv = batch.advantages[sl].to(dev).unsqueeze(1)
+                tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,
+                                                       g.kl_coef)
+                loss = (tok_loss * cmask).sum()
+                if weight > 0:
+                    self.acc.backward(loss * scale)
+            sums["loss"] += float(loss.detach()) / max(total_tokens, 1) * self.acc.num_processes
+            sums["kl"] += float((kl.detach() * cmask).sum()) / max(total_tokens, 1) * self.acc.num_processes
+            sums["clipped"] += float((clipped * cmask).sum()) / max(total_tokens, 1) * self.acc.num_processes
+        return sums
+
+    def _sharded(self) -> bool:
+        return self.acc.distributed_type.name.startswith("FSDP")
+
+    # -- validation (§4.11: every K steps, temperature 0.8, on the held-out questions) --------
+    def validate(self) -> dict[str, float]:
+        if not self.val_tasks:
+            return {}
+        self.model.eval()
+        share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
+        rolls = rollout(share, self.engine, self.tokenizer, n_retriever=1, n_generator=1,
+                        temperature=self.g.val_temperature, top_p=self.g.top_p,
+                        max_new_tokens=self.g.max_response_tokens, style=self.style,
+                        enable_thinking=self.cfg.engine.enable_thinking, compare_mode=self.g.compare_mode,
+                        timeout_s=self.g.exec_timeout_s, seed=self.g.seed + 7)
+        rows = [(r.n_correct, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
+                                  (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
+                for r in rolls]
+        rows = [x for part in _gather_objects(self.acc, rows) for x in [part]]
+        n = max(len(rows), 1)
+        return {"val/ex": 100.0 * sum(a for a, _ in rows) / n, "val/retriever_exact": 100.0 * sum(b for _, b in rows) / n}
+
+    # -- checkpoints: everything needed to continue exactly -----------------------------------
+    def save_checkpoint(self) -> Path | None:
+        return ckpt.save(self.out, self.state, self.acc, self.model, self.optimizer, self.scheduler, self.pool,
+                         self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
+
+    def resume(self) -> bool:
+        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler)
+        if found is None:
+            return False
+        self.state, self.pool = found
+        self.engine.sync_weights(self.unwrapped)
+        _truncate_log(self.out / "metrics.jsonl", self.state.step)
+        return True
+
+    def train(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None) -> Path:
+        """Run to `total_steps` (or `stop_after`), logging JSONL and saving every `save_every` steps."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        log = self.out / "metrics.jsonl"
+        previous = _install_sigterm(self)
+        bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", disable=not self.progress)
+        try:
+            while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
+                report = self.step()
+                m = report.metrics
+                if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
+                    m.update(self.validate())
+                if self.acc.is_main_process:
+                    with log.open("a") as f:
+                        f.write(json.dumps(m) + "\n")
+                bar.update(1)
+                bar.set_postfix({"r_ret": f"{m['reward/retriever']:.2f}", "r_gen": f"{m['reward/generator']:.2f}"})
+                if on_step:
+                    on_step(report)
+                if report.step % self.g.save_every == 0 or report.step == self.total_steps or self._stop_requested:
+                    self.save_checkpoint()
+                if self._stop_requested:
+                    raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
+        finally:
+            bar.close()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        if self.acc.is_main_process:
+            self.unwrapped.save_pretrained(self.out / "final")
+            self.tokenizer.save_pretrained(self.out / "final")
+            self.pool.save(self.out / "final" / "pool.json")
+        self.acc.wait_for_everyone()
+        return self.out / "final"
+
+
+# ---------------------------------------------------------------------------------------------
+# Small helpers
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _install_sigterm(trainer: JointGRPO):
+    try:
+        def handler(signum, frame):  # finish the step, checkpoint, exit (see train)
+            trainer._stop_requested = True
+        return signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (e.g. some notebook front-ends): no handler
+        return None
+
+
+def _gather_objects(acc: Any, items: list) -> list:
+    if acc.num_processes == 1:
+        return list(items)
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def _sum_over_ranks(acc: Any, value: int) -> int:
+    if acc.num_processes == 1:
+        return value
+    t = torch.tensor([value], device=acc.device, dtype=torch.long)
+    return int(acc.reduce(t, reduction="sum").item())
+
+
+def _mean_over_ranks(acc: Any, metrics: dict[str, float]) -> dict[str, float]:
+    if acc.num_processes == 1:
+        return metrics
+    keys = sorted(k for k, v in metrics.items() if isinstance(v, (int, float)))
+    t = torch.tensor([float(metrics[k]) for k in keys], device=acc.device, dtype=torch.float64)
+    t = acc.reduce(t, reduction="mean")
+    return {**metrics, **{k: float(v) for k, v in zip(keys, t.tolist())}, "step": metrics["step"]}
+
+
+def _role_metrics(role: str, rewards: torch.Tensor, rolls: Sequence[QuestionRollout], m: dict[str, float]) -> dict[str, float]:
+    """TRL's metric names (reward, reward_std, frac_reward_zero_std, completion_length, kl), per role."""
+    samples = [r.retriever if role == "retriever" else r.generator for r in rolls]
+    lengths = [c.n_tokens for s in samples for c in s.completions]
+    parses = [p for s in samples for p in s.parses]
+    return {
+        f"reward/{role}": float(rewards.mean()) if rewards.numel() else 0.0,
+        f"reward_std/{role}": float(rewards.std(dim=1, correction=1).mean()) if rewards.shape[1] > 1 else 0.0,
+        f"frac_reward_zero_std/{role}": float((rewards.std(dim=1, correction=1) < 1e-8).float().mean())
+        if rewards.shape[1] > 1 else 1.0,
+        f"completion_length/{role}": sum(lengths) / max(len(lengths), 1),
+        f"truncated/{role}": sum(c.truncated for s in samples for c in s.completions) / max(len(lengths), 1),
+        f"well_formed/{role}": sum(p.well_formed for p in parses) / max(len(parses), 1),
+        f"loss/{role}": m["loss"], f"kl/{role}": m["kl"], f"clip_ratio/{role}": m["clipped"],
+    }
+
+
+def _rollout_metrics(rolls: Sequence[QuestionRollout]) -> dict[str, float]:
+    matches = sum(r.n_correct for r in rolls)
+    n = sum(len(r.matches) for r in rolls)
+    alt = sum(1 for r in rolls for s in r.match_sets if s is not None and s != r.task.gold_columns)
+    resolved = sum(1 for r in rolls for s in r.match_sets if s is not None)
+    errors = sum(1 for r in rolls for st in r.exec_status if st not in ("ok",))
+    return {"exec/match_rate": matches / max(n, 1), "exec/error_rate": errors / max(n, 1),
+            "route/alt_share": alt / resolved if resolved else 0.0,
+            "vote/columns": sum(len(r.selected) for r in rolls) / max(len(rolls), 1)}
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """After a resume, drop log lines of steps that the checkpoint does not contain."""
+    if not path.exists():
+        return
+    keep = [ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln).get("step", 0) <= step]
+    path.write_text("".join(ln + "\n" for ln in keep))
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point: `accelerate launch -m acesql_lib.grpo --config configs/<profile>.yaml`
+
+
+def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
+                  progress: bool = True) -> JointGRPO:
+    """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
+    from .distill import load_rl_tasks
+    from .engines import make_engine
+    from .models import load_policy, load_reference
+
+    policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
+    reference = load_reference(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
+    tasks, val_tasks = load_rl_tasks(cfg, paths)
+    pool = ColumnSetPool.load(paths.distill / "pool.json", mode=cfg.grpo.pool_init)
+    engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
+    style = "tiny" if cfg.profile == "tiny" else "paper"
+    trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, paths.grpo_run(variant),
+                        val_tasks=val_tasks, accelerator=accelerator, style=style, progress=progress)
+    trainer.resume()
+    return trainer
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .context import RunContext
+
+    ap = argparse.ArgumentParser(description="Joint two-role GRPO (spec §4).")
+    ap.add_argument("--config", default="tiny", help="profile name or YAML path")
+    ap.add_argument("--variant", default="full", help="run name under runs/<profile>/grpo/")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    ap.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a resumable pause)")
+    args = ap.parse_args(argv)
+    import yaml
+
+    overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
+    ctx = RunContext.create(args.config, overrides)
+    trainer = build_trainer(ctx.cfg, ctx.paths, args.variant)
+    trainer.train(stop_after=args.stop_after)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""PCGrad aggregation of the two roles' gradients (§4 step 10).
+
+Two backward passes give g_ret (retriever loss x w_ret) and g_gen (generator loss x w_gen). Per
+parameter tensor, when <g_ret, g_gen> < 0 each is projected onto the normal plane of the OTHER
+original gradient, and the two are summed:
+
+    g_ret' = g_ret - <g_ret, g_gen> / |g_gen|^2 * g_gen
+    g_gen' = g_gen - <g_ret, g_gen> / |g_ret|^2 * g_ret
+    g      = g_ret' + g_gen' = (1 - d/|g_ret|^2) g_ret + (1 - d/|g_gen|^2) g_gen
+
+so the result is two scalar coefficients per tensor, applied in place: the only extra memory is
+the saved retriever gradient. The trainer's use:
+
+    loss_ret.backward(); saved = save_grads(params)       # p.grad moved out (the one copy)
+    loss_gen.backward(); stats = combine_into_grads(params, saved, mode)  # p.grad = combined
+    clip_grad_norm_(params, 1.0); optimizer.step()
+
+Modes: "symmetric" (paper); "generator_dominant" (only g_ret is projected, g_gen kept);
+"norm_equalised" (UNKNOWN details in the authors' code; kit's choice: only on conflicting
+tensors, both gradients are rescaled to the MEAN of their two norms before the symmetric
+projection, so the combined step keeps the scale of the inputs while neither role dominates the
+direction; non-conflicting tensors are summed as is, which leaves the w_gen schedule in force
+there); "none" (plain sum, the "w/o PCGrad" ablation; conflicts are still measured); "global"
+(beyond the paper: one dot product over ALL tensors, and one pair of coefficients for all).
+
+Distributed: per-tensor modes work on whatever each rank holds (its FSDP shard, as in the
+authors' setup). Three scalars (dot, two squared norms) and the conflict counts are summed over
+ranks when `sharded` (default: whenever torch.distributed is initialised): under FSDP that gives
+the true global values that "global" mode needs; under DDP, where every rank holds the same
+averaged gradient, pass sharded=False to report exact norms (the projection coefficients and
+the cosine are ratios and come out the same either way).
+None gradients are zeros.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+PCGRAD_MODES = ("symmetric", "generator_dominant", "norm_equalised", "none", "global")
+_TINY = 1e-30
+
+
+@dataclass(frozen=True)
+class PCGradStats:
+    conflict_ratio: float  # share of tensors with <g_ret, g_gen> < 0 (global mode: 1.0 or 0.0)
+    cosine: float  # cosine between g_ret and g_gen over all tensors
+    norm_ret: float
+    norm_gen: float
+    n_tensors: int  # tensors with a gradient from either role
+    n_conflicts: int
+
+    def as_metrics(self, prefix: str = "pcgrad/") -> dict[str, float]:
+        return {prefix + k: float(v) for k, v in asdict(self).items()}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """The rank-local part of a DTensor (FSDP2), the tensor itself otherwise."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.dot(a.reshape(-1).float(), b.reshape(-1).float())
+
+
+def save_grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor | None]:
+    """Move every `p.grad` out (p.grad becomes None) so the next backward starts from zero."""
+    saved = []
+    for p in params:
+        saved.append(p.grad)
+        p.grad = None
+    return saved
+
+
+def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[torch.Tensor | None],
+                       mode: str = "symmetric", sharded: bool | None = None) -> PCGradStats:
+    """g_gen is the current `p.grad`, g_ret the saved list (consumed: its entries are reused as
+    buffers and set to None). Writes the combined gradient into `p.grad`."""
+    params = list(params)
+    if len(saved_ret) != len(params):
+        raise ValueError(f"pcgrad: {len(params)} parameters but {len(saved_ret)} saved gradients")
+    out, stats = _combine_inplace(saved_ret, [p.grad for p in params], mode, sharded)
+    for p, g in zip(params, out):
+        p.grad = g
+    saved_ret[:] = [None] * len(saved_ret)
+    return stats
+
+
+def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.Tensor | None],
+                   mode: str = "symmetric", sharded: bool | None = None
+                   ) -> tuple[list[torch.Tensor | None], PCGradStats]:
+    """Functional form (inputs untouched): the combined gradient per tensor and the statistics."""
+    if len(g_ret) != len(g_gen):
+        raise ValueError(f"pcgrad: {len(g_ret)} retriever but {len(g_gen)} generator gradients")
+    clone = lambda gs: [None if g is None else g.detach().clone() for g in gs]  # noqa: E731
+    return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded)
+
+
+def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], mode: str,
+                     sharded: bool | None) -> tuple[list[torch.Tensor | None], PCGradStats]:
+    if mode not in PCGRAD_MODES:
+        raise ValueError(f"pcgrad mode must be one of {PCGRAD_MODES}, got {mode!r}")
+    present = [i for i in range(len(g_ret)) if g_ret[i] is not None or g_gen[i] is not None]
+    if not present:
+        return list(g_gen), PCGradStats(0.0, 0.0, 0.0, 0.0, 0, 0)
+    device = _local(g_ret[present[0]] if g_ret[present[0]] is not None else g_gen[present[0]]).device
+    zero = torch.zeros((), device=device)
+    dots, sq_ret, sq_gen = [], [], []
+    for i in present:
+        r = None if g_ret[i] is None else _local(g_ret[i])
+        g = None if g_gen[i] is None else _local(g_gen[i])
+        if r is not None and g is not None and r.shape != g.shape:
+            raise ValueError(f"pcgrad: tensor {i}: retriever gradient {tuple(r.shape)} vs generator {tuple(g.shape)}")
+        dots.append(_dot(r, g).to(device) if r is not None and g is not None else zero)
+        sq_ret.append(_dot(r, r).to(device) if r is not None else zero)
+        sq_gen.append(_dot(g, g).to(device) if g is not None else zero)
+    d, nr, ng = torch.stack(dots), torch.stack(sq_ret), torch.stack(sq_gen)
+    conflict = d < 0
+    totals = torch.stack([d.sum(), nr.sum(), ng.sum(), conflict.sum().float(),
+                          torch.tensor(float(len(present)), device=device)])
+    if sharded is None:
+        sharded = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if sharded and torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(totals)  # sum over ranks: scalars only, never the gradients
+    dot_all, sq_ret_all, sq_gen_all, n_conf, n_tens = totals.tolist()
+
+    one = torch.ones_like(d)
+    if mode == "global":
+        hit = dot_all < 0
+        c_ret = one * ((1 - dot_all / max(sq_ret_all, _TINY)) if hit else 1.0)
+        c_gen = one * ((1 - dot_all / max(sq_gen_all, _TINY)) if hit else 1.0)
+    elif mode == "none":
+        c_ret, c_gen = one, one
+    elif mode == "norm_equalised":
+        norm_r, norm_g = nr.sqrt(), ng.sqrt()
+        cos = d / (norm_r * norm_g).clamp_min(_TINY)
+        mean_norm = (norm_r + norm_g) / 2
+        c_ret = torch.where(conflict, (1 - cos) * mean_norm / norm_r.clamp_min(_TINY), one)
+        c_gen = torch.where(conflict, (1 - cos) * mean_norm / norm_g.clamp_min(_TINY), one)
+    else:
+        c_gen = torch.where(conflict, 1 - d / ng.clamp_min(_TINY), one)
+        c_ret = one if mode == "generator_dominant" else torch.where(conflict, 1 - d / nr.clamp_min(_TINY), one)
+
+    scale = mode != "none"  # plain sum: skip multiplying every gradient by 1
+    out = list(g_gen)
+    for k, i in enumerate(present):
+        r, g = g_ret[i], g_gen[i]
+        if r is not None and scale:
+            rl = _local(r)
+            rl.mul_(c_ret[k].to(rl.device))
+        if g is None:
+            out[i] = r
+            continue
+        gl = _local(g)
+        if scale:
+            gl.mul_(c_gen[k].to(gl.device))
+        if r is not None:
+            gl.add_(_local(r))
+        out[i] = g
+
+    if mode == "global":
+        n_conflicts, ratio = int(dot_all < 0), float(dot_all < 0)
+    else:
+        n_conflicts, ratio = int(round(n_conf)), n_conf / max(n_tens, 1.0)
+    denom = (sq_ret_all * sq_gen_all) ** 0.5
+    return out, PCGradStats(conflict_ratio=ratio, cosine=dot_all / denom if denom > 0 else 0.0,
+                            norm_ret=sq_ret_all ** 0.5, norm_gen=sq_gen_all ** 0.5,
+                            n_tensors=int(round(n_tens)), n_conflicts=n_conflicts)

@@ -1,0 +1,265 @@
+"""The two role prompts of §2, their SFT targets, and the parsers that rewards gate on.
+
+Both roles use one user turn and no system prompt; the chat template of the model (thinking on)
+turns the messages into text. The wording is the kit's own. Two styles share one layout
+(task, engine, schema, question, rules, output format): "paper" for real models and "tiny",
+which shortens the instruction sentences so CPU sequences stay short.
+
+Output contract (§2):
+- retriever: `<think>...</think>`, then a bracketed list `[table.col, ...]` in a code block;
+- generator: `<think>...</think>`, then a ```` ```sql ```` block; the last sql block is the answer.
+
+Parsing rules (kit's reading of §2 where the paper is terse):
+- The answer region is the text after the LAST `</think>`. An opened but unclosed think block
+  leaves no answer (the model ran out of budget or broke the format). Text with no think tag at
+  all is parsed as a whole (so evaluation of a non-thinking model still works) but is not
+  well formed. `prefilled_think=True` says the prompt already ended with `<think>`, so the
+  generation starts inside the think block.
+- Retriever: the last balanced top-level `[...]` of the answer region. Nested brackets are
+  flattened (`[a.b, [c.d]]` gives a.b and c.d). The code fence is asked for but not required.
+  Items are split on commas outside double quotes/backticks; quotes, backticks and brackets
+  are stripped; each item goes through `Schema.resolve`; unknown items and bare tables are
+  dropped silently and counted.
+- Generator: the last CLOSED ```` ```sql ```` block of the answer region; an unterminated final
+  block does not count (a cut-off query must not be executed as if complete).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+class ColumnResolver(Protocol):
+    def resolve(self, item: str) -> str | None: ...
+
+
+# ------------------------------------------------------------------------------------------
+# Prompt text
+
+_RETRIEVER = {
+    "paper": {
+        "task": ("You are a database schema specialist. Read the database schema and the question, "
+                 "and find the minimal set of tables and columns that a SQL query answering the "
+                 "question needs."),
+        "rules": ("- Keep every column the query returns, filters on, groups by, orders by or aggregates.\n"
+                  "- Keep the key columns that join the selected tables along a complete join path.\n"
+                  "- Leave out everything else: no extra tables, no extra columns."),
+        "format": ("Reason step by step inside <think>...</think>. Then, at the very end, write the selected "
+                   "columns as one bracketed list of table.column items inside a code block, for example:\n"
+                   "```\n[table_a.column_1, table_a.key, table_b.key, table_b.column_2]\n```"),
+    },
+    "tiny": {
+        "task": "Find the minimal columns needed.",
+        "rules": "- Include join keys. No extras.",
+        "format": "<think>...</think> then\n```\n[table.column, ...]\n```",
+    },
+}
+
+_GENERATOR = {
+    "paper": {
+        "task": ("You are an expert data scientist. Write one {engine} query that answers the question "
+                 "below over the given database."),
+        "rules": ("- Return exactly what the question asks for: no extra columns, none missing.\n"
+                  "- Use only the tables and columns of the schema above.\n"
+                  "- Think the query through before writing it."),
+        "format": ("Reason step by step inside <think>...</think>. Then give the final query in one code block:\n"
+                   "```sql\n-- your SQL query\n```"),
+    },
+    "tiny": {
+        "task": "Write one {engine} query for the question.",
+        "rules": "- Return exactly what is asked.",
+        "format": "<think>...</think> then\n```sql\n...\n```",
+    },
+}
+
+
+def question_text(question: str, evidence: str = "") -> str:
+    """§2: for BIRD the question string is evidence + newline + question."""
+    evidence = (evidence or "").strip()
+    return f"{evidence}\n{question.strip()}" if evidence else question.strip()
+
+
+def _style(table: dict, style: str) -> dict:
+    if style not in table:
+        raise ValueError(f"unknown prompt style {style!r} (known: {', '.join(table)})")
+    return table[style]
+
+
+def _layout(parts: dict, engine: str, schema_text: str, question: str, evidence: str) -> str:
+    return (f"Task:\n{parts['task'].format(engine=engine)}\n\n"
+            f"Database engine:\n{engine}\n\n"
+            f"Database schema:\n{schema_text.strip()}\n\n"
+            f"Question:\n{question_text(question, evidence)}\n\n"
+            f"Rules:\n{parts['rules']}\n\n"
+            f"Output format:\n{parts['format']}")
+
+
+def retriever_messages(schema_text: str, question: str, evidence: str = "", engine: str = "SQLite",
+                       style: str = "paper") -> list[dict[str, str]]:
+    """Chat messages for the retriever: full schema in, minimal `table.column` list out (§2)."""
+    return [{"role": "user", "content": _layout(_style(_RETRIEVER, style), engine, schema_text, question, evidence)}]
+
+
+def generator_messages(pruned_schema_text: str, question: str, evidence: str = "", engine: str = "SQLite",
+                       style: str = "paper") -> list[dict[str, str]]:
+    """Chat messages for the generator: pruned schema in, one SQL query out (§2, OmniSQL-style)."""
+    return [{"role": "user",
+             "content": _layout(_style(_GENERATOR, style), engine, pruned_schema_text, question, evidence)}]
+
+
+# ------------------------------------------------------------------------------------------
+# SFT targets (the parsers below read them back exactly)
+
+
+def _think_prefix(think: str, prefilled_think: bool) -> str:
+    think = think.strip()
+    if THINK_CLOSE in think or THINK_OPEN in think:
+        raise ValueError("think text must not contain <think> or </think> tags")
+    return ("" if prefilled_think else THINK_OPEN) + f"\n{think}\n{THINK_CLOSE}\n\n"
+
+
+def _list_item(column: str) -> str:
+    # A name with a comma would split; backticks keep it one item (the parser strips them).
+    return f"`{column}`" if ("," in column and "`" not in column) else column
+
+
+def retriever_target(columns: Iterable[str], think: str, prefilled_think: bool = False) -> str:
+    """The retriever completion: think block, then the sorted column list in a code block."""
+    cols = sorted(set(columns))
+    for c in cols:
+        if "[" in c or "]" in c:
+            raise ValueError(f"column {c!r}: brackets in a name cannot be written in the list format")
+    return _think_prefix(think, prefilled_think) + "```\n[" + ", ".join(_list_item(c) for c in cols) + "]\n```"
+
+
+def generator_target(sql: str, think: str, prefilled_think: bool = False) -> str:
+    """The generator completion: think block, then the SQL in a ```sql block."""
+    sql = sql.strip()
+    if "```" in sql:
+        raise ValueError("SQL must not contain a code fence")
+    return _think_prefix(think, prefilled_think) + f"```sql\n{sql}\n```"
+
+
+# ------------------------------------------------------------------------------------------
+# Parsers
+
+
+@dataclass(frozen=True)
+class ThinkParse:
+    think: str  # the reasoning text, stripped ("" when there is none)
+    has_think: bool  # a think block was opened AND closed
+    opened: bool  # a think block was opened (by the text or by the prompt)
+    answer: str  # text after the last </think>; whole text if no think tag; "" if unclosed
+
+
+def parse_think(text: str, prefilled_think: bool = False) -> ThinkParse:
+    """Split a generation into its think block and its answer region (see module docstring)."""
+    start = text.find(THINK_OPEN)
+    end = text.rfind(THINK_CLOSE)
+    if start >= 0:
+        body_start = start + len(THINK_OPEN)
+    elif prefilled_think:
+        body_start = 0
+    else:  # no <think> anywhere; a stray </think> alone is not a think block
+        return ThinkParse("", False, False, text[end + len(THINK_CLOSE):] if end >= 0 else text)
+    if end >= body_start and text.rfind(THINK_OPEN) < end:
+        return ThinkParse(text[body_start:end].strip(), True, True, text[end + len(THINK_CLOSE):])
+    # Opened but never closed (or reopened after the last close): nothing is answer.
+    return ThinkParse(text[body_start:].strip(), False, True, "")
+
+
+@dataclass(frozen=True)
+class RetrieverParse:
+    columns: frozenset[str]  # canonical `table.column` items found in the schema
+    has_think: bool
+    has_list: bool
+    truncated: bool
+    n_items: int  # non-empty items in the list
+    n_dropped: int  # items that matched no column (unknown names, bare tables)
+
+    @property
+    def well_formed(self) -> bool:
+        return self.has_think and self.has_list and not self.truncated
+
+
+@dataclass(frozen=True)
+class GeneratorParse:
+    sql: str  # "" when there is no closed sql block
+    has_think: bool
+    has_sql_block: bool
+    truncated: bool
+
+    @property
+    def well_formed(self) -> bool:
+        return self.has_think and self.has_sql_block and not self.truncated
+
+
+def _last_bracket_group(text: str) -> str | None:
+    """Content of the last balanced top-level [...] in `text`, or None."""
+    depth, start, last = 0, -1, None
+    for i, ch in enumerate(text):
+        if ch == "[":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "]" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                last = text[start + 1:i]
+    return last
+
+
+def _split_items(content: str) -> list[str]:
+    """Split on commas that are not inside double quotes or backticks."""
+    items, current, quote = [], [], None
+    for ch in content:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"`":
+            quote = ch
+        elif ch == ",":
+            items.append("".join(current))
+            current = []
+            continue
+        current.append(ch)
+    items.append("".join(current))
+    return items
+
+
+_ITEM_STRIP = " \t\r\n\"'`[]"
+
+
+def parse_retriever(text: str, schema: ColumnResolver, truncated: bool = False,
+                    prefilled_think: bool = False) -> RetrieverParse:
+    """The retriever's column set and the format flags that the reward gates on (§2, §4 step 6)."""
+    think = parse_think(text, prefilled_think)
+    content = _last_bracket_group(think.answer)
+    if content is None:
+        return RetrieverParse(frozenset(), think.has_think, False, truncated, 0, 0)
+    columns, n_items, n_dropped = set(), 0, 0
+    for raw in _split_items(content):
+        item = raw.strip(_ITEM_STRIP)
+        if not item:
+            continue
+        n_items += 1
+        hit = schema.resolve(item)  # strips quotes/backticks around each part (§2 matching)
+        if hit is None:
+            n_dropped += 1
+        else:
+            columns.add(hit)
+    return RetrieverParse(frozenset(columns), think.has_think, True, truncated, n_items, n_dropped)
+
+
+_SQL_BLOCK = re.compile(r"```sql(?![A-Za-z0-9_])[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def parse_generator(text: str, truncated: bool = False, prefilled_think: bool = False) -> GeneratorParse:
+    """The generator's final SQL (last closed ```sql block after the think block) and format flags."""
+    think = parse_think(text, prefilled_think)
+    blocks = _SQL_BLOCK.findall(think.answer)
+    if not blocks:
+        return GeneratorParse("", think.has_think, False, truncated)
+    return GeneratorParse(blocks[-1].strip(), think.has_think, True, truncated)

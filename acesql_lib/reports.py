@@ -1,0 +1,688 @@
+"""Every table and figure of the paper, regenerated headless from what the stages logged.
+
+Inputs are the files the notebooks write (`reports/<profile>/metrics/*.json`, the GRPO
+`runs/<profile>/grpo/<variant>/metrics.jsonl`, the evaluation `predictions.jsonl`); the paper's
+numbers come from `data/paper_results.yaml`. Each table puts the paper's numbers beside this run's,
+with a column or header naming the profile. A missing input never crashes a report: the row,
+cell or panel says "not run in profile <name>", so a partial pipeline still yields every artefact.
+Malformed records are counted, skipped and listed in `ReportInputs.problems`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:  # headless everywhere except a live notebook, whose inline backend is headless too
+    matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import seaborn as sns  # noqa: E402
+import yaml  # noqa: E402
+
+from .config import REPO_ROOT, Config, load_config  # noqa: E402
+from .paths import Paths  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+PAPER_RESULTS = REPO_ROOT / "data" / "paper_results.yaml"
+NOT_REPORTED = "—"  # a cell the paper (or this kit) has no number for
+STAGES = ("base", "sft", "rl")
+STAGE_LABELS = {"distill": "self-distillation", "base": "base", "sft": "SFT", "rl": "SFT + RL"}
+SET_LABELS = {"bird_dev": "BIRD dev", "spider_dev": "Spider dev", "spider_test": "Spider test",
+              "spider_dk": "Spider-DK", "spider_syn": "Spider-Syn", "spider_realistic": "Spider-Realistic"}
+ROLES = ("retriever", "generator")
+TABLES = ("table1_main", "table2_efficiency", "table3_robustness", "table4_ablation", "table5_hyperparameters")
+FIGURES = ("fig1_overview", "fig2_rewards", "fig3_output_length", "fig4_pool", "fig5_pcgrad", "fig6_routes")
+
+
+class ReportInputError(ValueError):
+    """The paper-results file is unusable; the message names the file and the key."""
+
+
+def not_run(profile: str) -> str:
+    return f"not run in profile {profile}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs
+
+
+def load_paper_results(path: Path | str = PAPER_RESULTS) -> dict[str, Any]:
+    """The paper's numbers; fails loudly (file + key) because every table depends on them."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ReportInputError(f"{path}: cannot read paper results: {e}") from None
+    for key in ("main_results", "efficiency", "robustness", "ablation", "text", "hyperparameters"):
+        if not isinstance(data, dict) or key not in data:
+            raise ReportInputError(f"{path}: missing section {key!r}")
+    return data
+
+
+def _num(value: Any) -> float | None:
+    """A finite float, or None for anything else (missing, null, NaN, text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _share_pct(value: Any) -> float | None:
+    """Shares are logged as fractions in [0, 1]; a value above 1 is taken as already in percent."""
+    v = _num(value)
+    return None if v is None else (v * 100.0 if v <= 1.0 else v)
+
+
+class ReportInputs:
+    """Reads what the stages wrote, tolerating absence and reporting malformed records."""
+
+    def __init__(self, metrics_dir: Path | str, run_dir: Path | str):
+        self.metrics_dir = Path(metrics_dir)
+        self.run_dir = Path(run_dir)
+        self.problems: list[str] = []
+        self._metrics: dict[str, dict[str, Any] | None] = {}
+        self._logs: dict[str, list[dict[str, Any]]] | None = None
+        self._preds: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+
+    def _problem(self, msg: str) -> None:
+        self.problems.append(msg)
+        log.warning(msg)
+
+    def metrics(self, notebook: str) -> dict[str, Any] | None:
+        """`<metrics_dir>/<notebook>.json`, or None when absent or unreadable."""
+        if notebook not in self._metrics:
+            path = self.metrics_dir / f"{notebook}.json"
+            data = None
+            if path.exists():
+                try:
+                    data = json.loads(path.read_text())
+                except (OSError, json.JSONDecodeError) as e:
+                    self._problem(f"{path}: not valid JSON, ignored ({e})")
+                if data is not None and not isinstance(data, dict):
+                    self._problem(f"{path}: top level is not an object, ignored")
+                    data = None
+            self._metrics[notebook] = data
+        return self._metrics[notebook]
+
+    def _nested(self, notebook: str, key: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """`{key: {group: {set: {...}}}}` from one metrics file, dropping groups of the wrong shape."""
+        data = (self.metrics(notebook) or {}).get(key) or {}
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        if not isinstance(data, dict):
+            self._problem(f"{self.metrics_dir / notebook}.json: field {key!r} is not an object, ignored")
+            return out
+        for group, sets in data.items():
+            if not isinstance(sets, dict):
+                self._problem(f"{self.metrics_dir / notebook}.json: {key}.{group} is not an object, skipped")
+                continue
+            out[group] = {s: m for s, m in sets.items() if isinstance(m, dict)}
+        return out
+
+    def evaluation(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """stage ("base", "sft", "rl") -> set name -> metrics, from `05_evaluation.json`."""
+        return self._nested("05_evaluation", "stages")
+
+    def ablations(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """variant ("full", "no_pcgrad", ...) -> set name -> metrics, from `06_ablations.json`."""
+        return self._nested("06_ablations", "variants")
+
+    def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
+        """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`."""
+        if self._logs is None:
+            self._logs = {}
+            for path in sorted((self.run_dir / "grpo").glob("*/metrics.jsonl")):
+                rows = []
+                for i, rec in enumerate(self._jsonl(path)):
+                    if _num(rec.get("step")) is None:
+                        self._problem(f"{path}: record {i + 1} has no numeric 'step', skipped")
+                        continue
+                    rows.append(rec)
+                if rows:
+                    self._logs[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+        return self._logs
+
+    def predictions(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """(stage, set) -> per-question rows from `<run_dir>/eval/<stage>/<set>/predictions.jsonl`."""
+        if self._preds is None:
+            self._preds = {}
+            for path in sorted((self.run_dir / "eval").glob("*/*/predictions.jsonl")):
+                self._preds[(path.parent.parent.name, path.parent.name)] = list(self._jsonl(path))
+        return self._preds
+
+    def _jsonl(self, path: Path) -> Iterable[dict[str, Any]]:
+        bad = 0
+        with path.open() as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    rec = None
+                if isinstance(rec, dict):
+                    yield rec
+                else:
+                    bad += 1
+        if bad:
+            self._problem(f"{path}: {bad} malformed line(s) skipped")
+
+    def output_tokens(self, stage: str, set_name: str) -> list[float]:
+        """Retriever + generator tokens per question (§5: both passes count)."""
+        out = []
+        for rec in self.predictions().get((stage, set_name), []):
+            r, g = _num(rec.get("retriever_tokens")), _num(rec.get("generator_tokens"))
+            if r is not None and g is not None:
+                out.append(r + g)
+        return out
+
+    def alt_route_share(self, stage: str, set_name: str) -> float | None:
+        """Percent of execution-correct predictions on an alternative route: metrics first, else predictions."""
+        v = _share_pct(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"))
+        if v is not None:
+            return v
+        flags = [bool(r["alt_route"]) for r in self.predictions().get((stage, set_name), [])
+                 if r.get("correct") is True and isinstance(r.get("alt_route"), bool)]
+        return 100.0 * sum(flags) / len(flags) if flags else None
+
+
+@dataclass(frozen=True)
+class ReportDirs:
+    """Where reports read from and write to; tests point these at tmp dirs."""
+    metrics: Path
+    run: Path
+    tables: Path
+    figures: Path
+
+    @classmethod
+    def of(cls, where: "Paths | ReportDirs | None", cfg: Config) -> "ReportDirs":
+        if isinstance(where, ReportDirs):
+            return where
+        p = where or Paths.from_config(cfg)
+        return cls(p.metrics, p.run, p.tables, p.figures)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+@dataclass
+class Table:
+    name: str
+    caption: str
+    columns: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+    def to_csv(self, path: Path) -> None:
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(self.columns)
+            w.writerows(self.rows)
+
+    def to_markdown(self) -> str:
+        esc = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+        lines = [f"**{self.caption}**", "", "| " + " | ".join(map(esc, self.columns)) + " |",
+                 "|" + "|".join("---" for _ in self.columns) + "|"]
+        lines += ["| " + " | ".join(map(esc, r)) + " |" for r in self.rows]
+        lines += [""] + [f"- {n}" for n in self.notes] if self.notes else []
+        return "\n".join(lines) + "\n"
+
+    def to_latex(self) -> str:
+        lines = ["\\begin{table}[t]", "\\centering", "\\small", f"\\caption{{{_tex(self.caption)}}}",
+                 f"\\label{{tab:{self.name}}}", "\\begin{tabular}{" + "l" * len(self.columns) + "}", "\\toprule",
+                 " & ".join(_tex(c) for c in self.columns) + " \\\\", "\\midrule"]
+        lines += [" & ".join(_tex(c) for c in r) + " \\\\" for r in self.rows]
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        lines += [f"\\par\\footnotesize {_tex(n)}" for n in self.notes]
+        return "\n".join(lines + ["\\end{table}"]) + "\n"
+
+    def write(self, out_dir: Path, formats: Iterable[str]) -> list[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for fmt in formats:
+            path = out_dir / f"{self.name}.{fmt}"
+            if fmt == "csv":
+                self.to_csv(path)
+            else:
+                path.write_text(self.to_markdown() if fmt == "md" else self.to_latex())
+            paths.append(path)
+        return paths
+
+
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--",
+                "≥": r"$\geq$", "×": r"$\times$"}
+
+
+def _tex(s: Any) -> str:
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
+
+
+def _fmt(v: Any, missing: str = NOT_REPORTED) -> str:
+    """Percent and token numbers: one decimal for measured floats, integers as they are."""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    n = _num(v)
+    return missing if n is None else f"{n:.1f}"
+
+
+def dataset_label(name: str, cfg: Config) -> str:
+    """Honest dataset names: a set that is not BIRD/Spider says so and names its format."""
+    if name in SET_LABELS:
+        return SET_LABELS[name]
+    fmt = next((s.format for s in cfg.eval.sets if s.name == name), None)
+    return f"{name} ({'BIRD' if fmt == 'bird' else 'Spider'} format)" if fmt else name
+
+
+def primary_set(cfg: Config, inputs: ReportInputs) -> str:
+    """The set that stands in for BIRD dev: BIRD dev itself, else the profile's first BIRD-format set."""
+    names = [s.name for s in cfg.eval.sets]
+    measured = [s for sets in inputs.evaluation().values() for s in sets]
+    if "bird_dev" in names or "bird_dev" in measured:
+        return "bird_dev"
+    bird = [s.name for s in cfg.eval.sets if s.format == "bird"]
+    return (bird or names or measured or ["bird_dev"])[0]
+
+
+def _variant_metrics(inputs: ReportInputs, variant: str, set_name: str) -> dict[str, Any] | None:
+    """Ablation rows: base/SFT come from the evaluation notebook; RL variants from the ablation notebook."""
+    if variant in ("base", "sft"):
+        return inputs.evaluation().get(variant, {}).get(set_name)
+    found = inputs.ablations().get(variant, {}).get(set_name)
+    if found is None and variant == "full":
+        found = inputs.evaluation().get("rl", {}).get(set_name)
+    return found
+
+
+def _tokens(inputs: ReportInputs, m: dict[str, Any] | None, stage: str, set_name: str) -> tuple[Any, Any, Any]:
+    """(total, retriever, generator) tokens per question: metrics first, else the predictions file."""
+    m = m or {}
+    ret, gen, tot = _num(m.get("retriever_tokens")), _num(m.get("generator_tokens")), _num(m.get("tokens_per_question"))
+    if tot is None and ret is not None and gen is not None:
+        tot = ret + gen
+    if tot is None:
+        toks = inputs.output_tokens(stage, set_name)
+        tot = float(np.mean(toks)) if toks else None
+    return tot, ret, gen
+
+
+def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
+    prof = cfg.profile
+    paper_sets = ["bird_dev", "spider_dev", "spider_test"]
+    extra = [s.name for s in cfg.eval.sets if s.name not in SET_LABELS]
+    extra += [s for s in inputs.evaluation().get("rl", {}) if s not in SET_LABELS and s not in extra]
+    cols = ["Method", "Base", "Source"] + [SET_LABELS[s] for s in paper_sets] + [dataset_label(s, cfg) for s in extra]
+    rows = [[r["method"], r["base"], "paper"] + [_fmt(r.get(s)) for s in paper_sets] + [NOT_REPORTED] * len(extra)
+            for r in paper["main_results"]]
+    rl = inputs.evaluation().get("rl", {})
+    base = "tiny Qwen3 (trained from scratch)" if cfg.model.build_tiny else cfg.model.base_model
+    rows.append(["ACE-SQL (this kit)", base, f"profile {prof}"]
+                + [_fmt((rl.get(s) or {}).get("ex"), not_run(prof)) for s in paper_sets + extra])
+    notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5)."]
+    if extra:
+        notes.append(f"{', '.join(dataset_label(s, cfg) for s in extra)}: the kit's own dev set, not a paper benchmark; "
+                     "its numbers are not comparable with BIRD/Spider.")
+    return Table("table1_main", "Main results, greedy EX (%): paper vs this run", cols, rows, notes)
+
+
+def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
+    prof, ps = cfg.profile, primary_set(cfg, inputs)
+    cols = ["Method", "Source", "Dataset", "EX", "Output tokens / query", "Retriever tokens", "Generator tokens"]
+    rows = [[r["method"], "paper", "BIRD dev", _fmt(r["ex"]), _fmt(r["output_tokens"]), NOT_REPORTED, NOT_REPORTED]
+            for r in paper["efficiency"]]
+    for stage, label in (("sft", "ACE-SQL SFT (this kit)"), ("rl", "ACE-SQL SFT + RL (this kit)")):
+        m = inputs.evaluation().get(stage, {}).get(ps)
+        tot, ret, gen = _tokens(inputs, m, stage, ps)
+        nr = not_run(prof)
+        rows.append([label, f"profile {prof}", dataset_label(ps, cfg), _fmt((m or {}).get("ex"), nr),
+                     _fmt(tot, nr), _fmt(ret, nr), _fmt(gen, nr)])
+    notes = ["Output tokens / query: retriever + generator generated tokens per question, counted with the policy's "
+             "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5)."]
+    return Table("table2_efficiency", "Efficiency: EX (%) and output tokens per query, paper vs this run", cols, rows, notes)
+
+
+def table_robustness(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
+    sets = ["spider_dk", "spider_syn", "spider_realistic"]
+    cols = ["Method", "Source"] + [SET_LABELS[s] for s in sets]
+    rows = [[r["method"], "paper"] + [_fmt(r.get(s)) for s in sets] for r in paper["robustness"]]
+    rl = inputs.evaluation().get("rl", {})
+    rows.append(["ACE-SQL (this kit)", f"profile {cfg.profile}"]
+                + [_fmt((rl.get(s) or {}).get("ex"), not_run(cfg.profile)) for s in sets])
+    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows)
+
+
+def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
+    prof, ps = cfg.profile, primary_set(cfg, inputs)
+    nr = not_run(prof)
+    cols = ["Variant", "Measured on", "BIRD dev (paper)", f"EX (profile {prof})", "Generator Ability (paper)",
+            f"Generator Ability (profile {prof})", "Retriever Ability (paper)", f"Retriever Ability (profile {prof})",
+            f"Retriever P / R / exact (profile {prof})"]
+    text = paper["text"]
+    entries = list(paper["ablation"]) + [text["static_gold_target"], text["dense_reward"]]
+    rows = []
+    for e in entries:
+        m = _variant_metrics(inputs, e["variant"], ps)
+        prf = NOT_REPORTED if m is None else " / ".join(
+            _fmt(_share_pct(m.get(k)), "?") for k in ("col_precision", "col_recall", "col_exact"))
+        paper_ex = _fmt(e.get("bird_dev"), "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
+        rows.append([e["label"], dataset_label(ps, cfg), paper_ex, _fmt((m or {}).get("ex"), nr),
+                     _fmt(e.get("generator_ability")), _fmt((m or {}).get("generator_ability"), nr),
+                     _fmt(e.get("retriever_ability")), _fmt((m or {}).get("retriever_ability"), nr),
+                     prf if m is not None else nr])
+    alt = text["alt_route_share"]
+    notes = ["Generator Ability = EX with the gold SQL's column set as the pruned schema; Retriever Ability = % of "
+             "questions whose retrieved set covers the gold set (kit's definitions; the paper's are UNKNOWN, §5).",
+             f"Last two rows are stated in the paper's text only: static gold target {text['static_gold_target']['bird_dev']} "
+             f"vs {text['static_gold_target']['full_bird_dev']} ({text['static_gold_target']['claim']}); dense reward: "
+             f"{text['dense_reward']['claim']}.",
+             f"Paper: {alt['min']}% to {alt['max']}% of execution-correct predictions use alternative routes (fig6_routes)."]
+    return Table("table4_ablation", "Ablation: paper vs this run", cols, rows, notes)
+
+
+def _config_value(cfg: Config, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def _fmt_setting(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}".replace("e-0", "e-")
+    return str(v)
+
+
+def _same(paper_value: Any, value: Any) -> bool:
+    if isinstance(paper_value, bool) or isinstance(value, bool):
+        return paper_value is value
+    if isinstance(paper_value, (int, float)) and isinstance(value, (int, float)):
+        return math.isclose(paper_value, value, rel_tol=1e-9, abs_tol=1e-12)
+    return str(paper_value).strip().lower() == str(value).strip().lower()
+
+
+def hyperparameter_rows(profile_cfg: Config, paper: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per setting: paper value, kit default (`Config()`), this profile's value, and whether they agree."""
+    default = Config()
+    out = []
+    for h in paper["hyperparameters"]:
+        keys = [h["key"]] if isinstance(h.get("key"), str) else (h.get("key") or [])
+        pv = h["paper"]
+        row = {"name": h["name"], "section": h["section"], "key": ", ".join(keys), "paper": pv,
+               "default": [_config_value(default, k) for k in keys], "value": [_config_value(profile_cfg, k) for k in keys]}
+        # Settings stated in words ("2 to 14", "UNKNOWN") are shown, not compared.
+        comparable = len(keys) == 1 and not (isinstance(pv, str) and (" " in pv.strip() or "UNKNOWN" in pv.upper()))
+        row["default_is_paper"] = _same(pv, row["default"][0]) if comparable else None
+        row["profile_is_paper"] = _same(pv, row["value"][0]) if comparable else None
+        out.append(row)
+    return out
+
+
+def table_hyperparameters(cfg: Config, paper: dict[str, Any]) -> Table:
+    prof = cfg.profile
+    cols = ["Hyperparameter", "§", "Config key", "Paper", "Kit default", f"Profile {prof}", f"Profile {prof} = paper"]
+    rows = []
+    for r in hyperparameter_rows(cfg, paper):
+        fmt = lambda vals: " x ".join(_fmt_setting(v) for v in vals) if vals else "not a config setting"  # noqa: E731
+        same = {True: "yes", False: "no", None: "n/a"}[r["profile_is_paper"]]
+        rows.append([r["name"], r["section"], r["key"] or NOT_REPORTED, _fmt_setting(r["paper"]), fmt(r["default"]),
+                     fmt(r["value"]), same])
+    notes = ["Kit default = the `Config()` dataclass default; n/a where the paper gives no single comparable value."]
+    return Table("table5_hyperparameters", f"Hyperparameters: paper vs profile {prof}", cols, rows, notes)
+
+
+def build_tables(cfg: Config, inputs: ReportInputs, paper: dict[str, Any] | None = None) -> list[Table]:
+    paper = paper or load_paper_results()
+    return [table_main(cfg, inputs, paper), table_efficiency(cfg, inputs, paper), table_robustness(cfg, inputs, paper),
+            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def set_style(style: str = "whitegrid", dpi: int = 150) -> None:
+    """One look for every figure of the kit (notebooks call this too)."""
+    sns.set_theme(style=style, context="paper", palette="colorblind")
+    plt.rcParams.update({"figure.dpi": dpi, "savefig.dpi": dpi, "savefig.bbox": "tight", "axes.titlesize": 10,
+                         "axes.labelsize": 9, "legend.fontsize": 8, "xtick.labelsize": 8, "ytick.labelsize": 8})
+
+
+def save_figure(fig: plt.Figure, name: str, figures_dir: Path | str, formats: Iterable[str] = ("png", "pdf"),
+                dpi: int | None = None) -> list[Path]:
+    """Write `<figures_dir>/<name>.<fmt>` for each format and close the figure."""
+    figures_dir = Path(figures_dir)
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = figures_dir / f"{name}.{fmt}"
+        fig.savefig(path, dpi=dpi, metadata={"Creator": None} if fmt == "png" else None)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _message(ax: plt.Axes, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color="0.35", style="italic")
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], _num(r.get(key))) for r in rows]
+    pts = [(s, v) for s, v in pts if v is not None]
+    return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
+
+
+def _variant_colors(variants: Iterable[str]) -> dict[str, Any]:
+    order = sorted(variants, key=lambda v: (v != "full", v))
+    return dict(zip(order, sns.color_palette("colorblind", max(len(order), 1))))
+
+
+def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, profile: str, title: str,
+                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "") -> bool:
+    """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged."""
+    ax.set_title(title)
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(ylabel)
+    colors, drawn = _variant_colors(logs), False
+    for variant, rows in logs.items():
+        x, y = _series(rows, key)
+        if not len(x):
+            continue
+        y = y * scale
+        c = colors[variant]
+        if len(x) > 30:
+            w = max(3, len(x) // 25)
+            ax.plot(x, y, style, color=c, alpha=0.25, lw=0.8)
+            y = np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, mode="valid")
+        marker = "o" if len(x) <= 30 else None
+        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{label_suffix}")
+        drawn = True
+    if not drawn and not ax.lines:
+        _message(ax, not_run(profile) if not logs else f"not logged in profile {profile}")
+    return drawn
+
+
+def _legend(ax: plt.Axes) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(frameon=False)
+
+
+def fig_rewards(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    for ax, role in zip(axes, ROLES):
+        _plot_curves(ax, logs, f"reward/{role}", profile, f"({'ab'[ROLES.index(role)]}) {role} reward", "mean reward")
+        _legend(ax)
+    ax = axes[2]
+    _plot_curves(ax, logs, "val/ex", profile, "(c) validation", "%", scale=1.0, label_suffix=": EX")
+    _plot_curves(ax, logs, "val/retriever_exact", profile, "(c) validation", "%", style="--",
+                 label_suffix=": retriever exact")
+    _legend(ax)
+    fig.suptitle(f"Rewards per role and validation vs RL step (profile {profile})")
+    return fig
+
+
+def fig_output_length(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    for ax, role in zip(axes, ROLES):
+        _plot_curves(ax, logs, f"completion_length/{role}", cfg.profile,
+                     f"({'ab'[ROLES.index(role)]}) {role} completion length", "tokens")
+        _legend(ax)
+    ax, ps = axes[2], primary_set(cfg, inputs)
+    sets = [ps] + sorted({s for _, s in inputs.predictions()} - {ps})
+    ps = next((s for s in sets if inputs.output_tokens("sft", s) or inputs.output_tokens("rl", s)), ps)
+    ax.set_title(f"(c) output tokens per question, {dataset_label(ps, cfg)}")
+    for stage, color in (("sft", sns.color_palette("colorblind")[7]), ("rl", sns.color_palette("colorblind")[2])):
+        toks = inputs.output_tokens(stage, ps)
+        if toks:
+            sns.histplot(toks, ax=ax, stat="density", element="step", fill=True, alpha=0.3, color=color,
+                         label=f"{STAGE_LABELS[stage]} (mean {np.mean(toks):.0f})")
+    if ax.patches:
+        ax.set_xlabel("retriever + generator tokens")
+        _legend(ax)
+    else:
+        _message(ax, not_run(cfg.profile))
+    fig.suptitle(f"Output length before (SFT) and after RL (profile {cfg.profile})")
+    return fig
+
+
+def _pass_rate_hist(distill: dict[str, Any] | None) -> dict[int, float]:
+    hist = (distill or {}).get("pass_rate_hist")
+    out: dict[int, float] = {}
+    if isinstance(hist, dict):
+        for k, v in hist.items():
+            try:
+                if _num(v) is not None:
+                    out[int(k)] = float(v)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    _plot_curves(axes[0], logs, "pool/sets_per_question", cfg.profile, "(a) distinct column sets per question", "sets")
+    _legend(axes[0])
+    _plot_curves(axes[1], logs, "pool/targets_differ_from_gold", cfg.profile, "(b) pool targets vs gold", "%",
+                 scale=100.0, label_suffix=": target != gold set")
+    _plot_curves(axes[1], logs, "route/alt_share", cfg.profile, "(b) pool targets vs gold", "%", scale=100.0,
+                 style="--", label_suffix=": correct rollouts on alt. route")
+    _legend(axes[1])
+    ax, hist = axes[2], _pass_rate_hist(inputs.metrics("02_self_distillation"))
+    ax.set_title("(c) distillation: correct SQLs per question")
+    if hist:
+        ks = sorted(hist)
+        ax.bar(ks, [hist[k] for k in ks], color=sns.color_palette("colorblind")[0], width=0.8)
+        lo, hi = cfg.distill.rl_min_correct, cfg.distill.rl_max_correct
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.85", zorder=0, label=f"RL selection {lo}..{hi} (§3.4)")
+        ax.set_xlabel(f"correct of N = {cfg.distill.n_generator}")
+        ax.set_ylabel("questions")
+        _legend(ax)
+    else:
+        _message(ax, not_run(cfg.profile))
+    fig.suptitle(f"Empirical column-set pool (profile {cfg.profile})")
+    return fig
+
+
+def fig_pcgrad(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    _plot_curves(axes[0], logs, "pcgrad/conflict_ratio", profile, "(a) conflicting tensors", "share of tensors")
+    _plot_curves(axes[1], logs, "pcgrad/cosine", profile, "(b) cos(g_ret, g_gen)", "cosine")
+    if axes[1].lines:
+        axes[1].axhline(0, color="0.4", lw=0.8)
+    _plot_curves(axes[2], logs, "pcgrad/norm_ret", profile, "(c) gradient norms", "norm", label_suffix=": retriever")
+    _plot_curves(axes[2], logs, "pcgrad/norm_gen", profile, "(c) gradient norms", "norm", style="--",
+                 label_suffix=": generator")
+    for ax in axes:
+        _legend(ax)
+    fig.suptitle(f"PCGrad statistics vs RL step (profile {profile})")
+    return fig
+
+
+def fig_routes(inputs: ReportInputs, paper: dict[str, Any], cfg: Config) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(7.5, 3.8), constrained_layout=True)
+    alt = paper["text"]["alt_route_share"]
+    ax.axhspan(alt["min"], alt["max"], color="0.88", zorder=0, label=f"paper: {alt['min']}-{alt['max']}%")
+    bars: list[tuple[str, str, float]] = []
+    d = _share_pct((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"))
+    if d is not None:
+        bars.append(("training pool", STAGE_LABELS["distill"], d))
+    sets = sorted({s for st in inputs.evaluation().values() for s in st} | {s for _, s in inputs.predictions()})
+    for s in sets:
+        for stage in STAGES:
+            v = inputs.alt_route_share(stage, s)
+            if v is not None:
+                bars.append((dataset_label(s, cfg), STAGE_LABELS[stage], v))
+    if bars:
+        groups = list(dict.fromkeys(b[0] for b in bars))
+        hues = [h for h in STAGE_LABELS.values() if any(b[1] == h for b in bars)]
+        colors = dict(zip(STAGE_LABELS.values(), sns.color_palette("colorblind", 4)))
+        width = 0.8 / len(hues)
+        for g, group in enumerate(groups):
+            for h, hue in enumerate(hues):
+                v = next((b[2] for b in bars if b[0] == group and b[1] == hue), None)
+                if v is not None:
+                    x = g - 0.4 + width * (h + 0.5)
+                    ax.bar(x, v, width=width * 0.95, color=colors[hue], label=hue if g == groups.index(
+                        next(b[0] for b in bars if b[1] == hue)) else None)
+                    ax.text(x, v + 0.5, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(groups)), groups)
+        ax.set_ylim(0, max(alt["max"], max(b[2] for b in bars)) * 1.2)
+    else:
+        _message(ax, not_run(cfg.profile))
+        ax.set_ylim(0, 60)
+    ax.set_ylabel("% of correct predictions on an alternative route")
+    ax.set_title(f"Alternative executable routes (profile {cfg.profile})")
+    _legend(ax)
+    return fig
+
+
+def build_figures(cfg: Config, inputs: ReportInputs, figures_dir: Path,
+                  paper: dict[str, Any] | None = None) -> dict[str, list[Path]]:
+    paper = paper or load_paper_results()
+    set_style(cfg.reports.style, cfg.reports.dpi)
+    fmts, logs = cfg.reports.figure_formats, inputs.grpo_logs()
+    makers = {
+        "fig1_overview": lambda: fig_overview(cfg),
+        "fig2_rewards": lambda: fig_rewards(logs, cfg.profile),
+        "fig3_output_length": lambda: fig_output_length(logs, inputs, cfg),
+        "fig4_pool": lambda: fig_pool(logs, inputs, cfg),
+        "fig5_pcgrad": lambda: fig_pcgrad(logs, cfg.profile),
+        "fig6_routes": lambda: fig_routes(inputs, paper, cfg),
+    }
+    return {name: save_figure(make(), name, figures_dir, fmts, cfg.reports.dpi) for name, make in makers.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def build_all(cfg: Config | str, where: "Paths | ReportDirs | None" = None) -> dict[str, list[Path]]:
+    """Every table and figure for one profile; returns artefact name -> written files."""
+    cfg = load_config(cfg) if isinstance(cfg, str) else cfg
+    dirs = ReportDirs.of(where, cfg)
+    inputs, paper = ReportInputs(dirs.metrics, dirs.run), load_paper_results()
+    out = {t.name: t.write(dirs.tables, cfg.reports.table_formats) for t in build_tables(cfg, inputs, paper)}
+    out.update(build_figures(cfg, inputs, dirs.figures, paper))
+    if inputs.problems:
+        log.warning("%d input problem(s) while building reports; see ReportInputs.problems", len(inputs.problems))
+    return out
+
+
+def summary_markdown(cfg: Config | str, where: "Paths | ReportDirs | ReportInputs | None" = None) -> str:
+    """The main table (paper vs measured) as Markdown, for the README and the reports notebook."""
+    cfg = load_config(cfg) if isinstance(cfg, str) else cfg
+    if not isinstance(where, ReportInputs):
+        dirs = ReportDirs.of(where, cfg)
+        where = ReportInputs(dirs.metrics, dirs.run)
+    return table_main(cfg, where, load_paper_results()).to_markdown()

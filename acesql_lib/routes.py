@@ -1,0 +1,97 @@
+"""Alternative executable routes (§1, §5): correct SQL that reads other columns than the gold SQL.
+
+The paper reports that 19.1% to 42.3% of execution-correct predictions use "alternative
+executable routes" (the breakdown behind the range is UNKNOWN). KIT DEFINITION: a prediction is
+on an alternative route when it is execution-correct and its column set (`sqlcolumns.column_set`,
+every `table.column` it reads in any scope) differs from the gold SQL's column set. The share is
+taken over execution-correct predictions whose two column sets both resolve; correct predictions
+with an unresolvable set are counted apart (`n_unresolved`), never silently in either bucket.
+Column names are compared case-insensitively, so sets read back from JSON compare like fresh ones.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from .schema import Schema
+from .sqlcolumns import ColumnResolutionError, column_set
+
+ROUTE_FIELDS = ("n", "n_correct", "n_resolved", "n_unresolved", "n_alternative", "share")
+
+
+def _columns_or_none(sql: str, schema: Schema) -> frozenset[str] | None:
+    try:
+        return column_set(sql, schema)
+    except ColumnResolutionError:
+        return None
+
+
+def _key(columns: Iterable[str] | None) -> frozenset[str] | None:
+    """A column set as a case-insensitive key; None (or NaN from a DataFrame) stays None."""
+    if columns is None or (isinstance(columns, float) and math.isnan(columns)):
+        return None
+    if isinstance(columns, str):
+        raise TypeError(f"a column set must be a collection of 'table.column', got the string {columns!r}")
+    return frozenset(str(c).lower() for c in columns)
+
+
+def is_alternative_route(pred_sql: str, gold_sql: str, schema: Schema) -> bool | None:
+    """Whether the two SQLs read different column sets; None when either set cannot be resolved.
+
+    Says nothing about correctness: callers ask it of execution-correct predictions.
+    """
+    pred, gold = _columns_or_none(pred_sql, schema), _columns_or_none(gold_sql, schema)
+    if pred is None or gold is None:
+        return None
+    return _key(pred) != _key(gold)
+
+
+def route_record(pred_sql: str, gold_sql: str, schema: Schema, correct: bool, **extra: Any) -> dict[str, Any]:
+    """One prediction as a record for `route_share` / `route_table` (sets as sorted lists, JSON-ready)."""
+    pred, gold = _columns_or_none(pred_sql, schema), _columns_or_none(gold_sql, schema)
+    return {**extra, "correct": bool(correct),
+            "pred_columns": sorted(pred) if pred is not None else None,
+            "gold_columns": sorted(gold) if gold is not None else None}
+
+
+def route_share(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> dict[str, float]:
+    """Share of execution-correct predictions whose column set differs from the gold's (module doc).
+
+    Each record has `correct`, `pred_columns` and `gold_columns` (a collection, or None when it
+    could not be resolved). `share` is NaN when no correct prediction has both sets.
+    """
+    if isinstance(records, pd.DataFrame):
+        records = records.to_dict("records")
+    n = n_correct = n_resolved = n_alternative = 0
+    for i, r in enumerate(records):
+        try:
+            correct, pred, gold = r["correct"], _key(r["pred_columns"]), _key(r["gold_columns"])
+        except KeyError as e:
+            raise KeyError(f"route record {i}: missing field {e}") from None
+        n += 1
+        if not bool(correct):
+            continue
+        n_correct += 1
+        if pred is None or gold is None:
+            continue
+        n_resolved += 1
+        n_alternative += pred != gold
+    return {"n": n, "n_correct": n_correct, "n_resolved": n_resolved, "n_unresolved": n_correct - n_resolved,
+            "n_alternative": n_alternative, "share": n_alternative / n_resolved if n_resolved else float("nan")}
+
+
+def route_table(df: pd.DataFrame, by: Sequence[str] = ("stage", "dataset")) -> pd.DataFrame:
+    """`route_share` per group (by default per training stage and evaluation set), one row each."""
+    by = [c for c in by]
+    missing = [c for c in by if c not in df.columns]
+    if missing:
+        raise KeyError(f"route_table: grouping columns {missing} not in the records (have {list(df.columns)})")
+    if not by:
+        return pd.DataFrame([route_share(df)], columns=list(ROUTE_FIELDS))
+    rows = []
+    for keys, group in df.groupby(by, sort=False, dropna=False):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        rows.append({**dict(zip(by, keys)), **route_share(group)})
+    return pd.DataFrame(rows, columns=[*by, *ROUTE_FIELDS])

@@ -1,0 +1,250 @@
+"""Supervised fine-tuning on prompt/completion chat pairs (§3.3), shared by the tiny base model and stage 1.
+
+One function, `train_sft`, wraps TRL's `SFTTrainer` in the conversational prompt-completion format:
+each sample is `{"prompt": [user message], "completion": [assistant message]}`. TRL renders the
+prompt with the model's own chat template and `add_generation_prompt=True`, renders prompt +
+completion the same way, and trains only on the completion tokens (`completion_only_loss=True`).
+So the training sequence is exactly the text the engines see at inference (the generation prompt)
+followed by what the model should write there, ending with the end-of-turn token it must learn to
+stop on.
+
+Paper settings (§3.3): full fine-tune, lr 2e-5, cosine schedule, 5% warmup, effective batch 64,
+2 epochs, cutoff 4096 tokens, bf16, DeepSpeed ZeRO-3 (`accelerate launch -m acesql_lib.sft`).
+LoRA through PEFT is the kit's option for small GPUs. Without CUDA the trainer runs on CPU in float32.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+
+from .config import SFTConfig
+from .models import LoraSpec, apply_lora
+
+LOG_NAME = "sft_log.jsonl"
+
+
+@dataclass
+class SFTResult:
+    log_history: list[dict[str, Any]]  # TRL/transformers log records (loss, learning_rate, grad_norm, ...)
+    train_loss: float  # mean training loss over the run
+    steps: int  # optimizer steps taken
+    seconds: float  # wall time of `trainer.train()`
+    n_samples: int = 0
+    n_too_long: int = 0  # samples longer than max_length (truncated by TRL; reported, not silently)
+    evals: list[dict[str, Any]] = field(default_factory=list)  # what eval_fn returned, with the step
+    model: Any = field(default=None, repr=False)  # the trained model (PEFT-wrapped under LoRA)
+
+
+def check_samples(samples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep well-formed prompt/completion samples; report the malformed ones by index and field."""
+    good, bad = [], []
+    for i, s in enumerate(samples):
+        problem = _sample_problem(s)
+        if problem:
+            bad.append(f"sample {i}: {problem}")
+        else:
+            good.append({"prompt": s["prompt"], "completion": s["completion"]})
+    if bad:
+        print(f"[sft] skipped {len(bad)} malformed samples, first: {bad[:3]}")
+    if not good:
+        raise ValueError(f"no usable SFT samples (of {len(samples)}); first problems: {bad[:3]}")
+    return good
+
+
+def _sample_problem(s: Any) -> str:
+    if not isinstance(s, dict):
+        return f"expected a dict, got {type(s).__name__}"
+    for key, role in (("prompt", None), ("completion", "assistant")):
+        msgs = s.get(key)
+        if not isinstance(msgs, list) or not msgs:
+            return f"field {key!r} must be a non-empty list of chat messages"
+        for m in msgs:
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str) or "role" not in m:
+                return f"field {key!r} holds a message without string 'role'/'content'"
+        if role and msgs[-1]["role"] != role:
+            return f"field {key!r} must end with an {role} message"
+    return ""
+
+
+class _JsonlLog(TrainerCallback):
+    """Appends every trainer log record (loss per logging step) to output_dir/sft_log.jsonl."""
+
+    def __init__(self, path: Path, eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None, eval_every: int,
+                 evals: list[dict[str, Any]]):
+        self.path, self.eval_fn, self.eval_every, self.evals = path, eval_fn, eval_every, evals
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("")
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, default=float) + "\n")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            self._write({"step": state.global_step, "epoch": state.epoch, **logs})
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.eval_fn and self.eval_every and state.global_step % self.eval_every == 0 \
+                and state.global_step < state.max_steps:
+            self._evaluate(state, model)
+
+    def on_train_end(self, args, state, control, model=None, **kwargs):
+        if self.eval_fn:
+            self._evaluate(state, model)
+
+    def _evaluate(self, state, model) -> None:
+        was_training = model.training
+        metrics = {"step": state.global_step, **self.eval_fn(model)}
+        model.train(was_training)
+        self.evals.append(metrics)
+        if state.is_world_process_zero:
+            self._write({"eval": metrics})
+
+
+def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0):
+    """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA."""
+    from trl import SFTConfig as TRLSFTConfig
+
+    cuda = torch.cuda.is_available()
+    steps = cfg.max_steps if max_steps is None else max_steps
+    return TRLSFTConfig(
+        output_dir=str(output_dir),
+        learning_rate=cfg.learning_rate,  # §3.3: 2e-5
+        lr_scheduler_type=cfg.lr_scheduler_type,  # §3.3: cosine
+        warmup_steps=cfg.warmup_ratio,  # §3.3: 5%; transformers 5 reads a float < 1 as a ratio of all steps
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_epochs,  # §3.3: 2
+        max_steps=steps if steps and steps > 0 else -1,
+        max_length=cfg.max_length,  # §3.3: 4096-token cutoff
+        completion_only_loss=True,  # loss on the assistant completion only
+        packing=False,  # packing would let prompts attend across samples
+        bf16=cfg.bf16 and cuda,  # §3.3 bf16 on GPU; CPU runs in float32
+        use_cpu=not cuda,
+        gradient_checkpointing=cfg.gradient_checkpointing and cuda,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_steps=max(cfg.save_steps, 1),
+        save_total_limit=2,
+        report_to="none",
+        seed=seed,
+        data_seed=seed,  # the data order depends on the seed only
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+
+
+def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
+              cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
+              eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None, eval_every: int = 0,
+              lora: LoraSpec | None = None) -> SFTResult:
+    """Fine-tune `model` on chat prompt/completion `samples`; the log goes to output_dir/sft_log.jsonl.
+
+    `max_steps` (or cfg.max_steps > 0) bounds the run by optimizer steps; otherwise cfg.num_epochs.
+    A full fine-tune updates `model` in place. `lora` wraps it with PEFT adapters first (unless it
+    already has them); `SFTResult.model` is the trained model either way (save it with `save_model`,
+    which merges adapters). `eval_fn(model) -> metrics` runs every `eval_every` steps and at the end.
+    """
+    return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora)[1]
+
+
+def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None):
+    from datasets import Dataset
+    from transformers import set_seed
+    from trl import SFTTrainer
+
+    output_dir = Path(output_dir)
+    rows = check_samples(samples)
+    set_seed(seed)
+    if lora is not None and not hasattr(model, "peft_config"):
+        model = apply_lora(model, lora)
+    args = trl_config(cfg, output_dir, max_steps, seed)
+    evals: list[dict[str, Any]] = []
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         callbacks=[_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)])
+    n_too_long = sum(len(ids) > cfg.max_length for ids in trainer.train_dataset["input_ids"]) if cfg.max_length else 0
+    if n_too_long:
+        print(f"[sft] {n_too_long} of {len(rows)} samples exceed max_length={cfg.max_length} and were truncated")
+    start = time.perf_counter()
+    out = trainer.train()
+    seconds = time.perf_counter() - start
+    loss = float(out.training_loss) if out.training_loss is not None else math.nan
+    result = SFTResult(list(trainer.state.log_history), loss, int(trainer.state.global_step), seconds,
+                       len(rows), n_too_long, evals, trainer.model)
+    return trainer, result
+
+
+def save_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: str | Path,
+               merge_lora: bool = True) -> Path:
+    """A plain `save_pretrained` folder; LoRA adapters are merged so vLLM and the RL stage load it as is."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if merge_lora and hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+# ---------------------------------------------------------------------------------------------
+# accelerate launch -m acesql_lib.sft --config configs/paper.yaml --samples X --output Y
+
+
+def read_samples(path: str | Path) -> list[dict[str, Any]]:
+    """Samples from a JSONL file (one {"prompt": [...], "completion": [...]} per line) or a JSON list."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: SFT samples file not found")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        return json.loads(text)
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON: {e}") from None
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> SFTResult:
+    from .config import load_config
+    from .models import load_policy
+
+    ap = argparse.ArgumentParser(description="Mixed SFT (§3.3) of the policy on retriever + generator samples.")
+    ap.add_argument("--config", default="tiny", help="profile name or YAML path (configs/<profile>.yaml)")
+    ap.add_argument("--samples", required=True, help="JSONL of {prompt, completion} chat samples")
+    ap.add_argument("--output", required=True, help="folder for the fine-tuned model and sft_log.jsonl")
+    ap.add_argument("--model", default=None, help="starting model (default: model.base_model of the profile)")
+    ap.add_argument("--max-steps", type=int, default=None)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    cuda = torch.cuda.is_available()
+    # Loaded on CPU; the trainer places it (and shards it under ZeRO-3).
+    model, tokenizer = load_policy(args.model or cfg.model.base_model, dtype=cfg.model.dtype if cuda else "float32",
+                                   device="cpu")
+    lora = LoraSpec.from_config(cfg.model)
+    trainer, result = _train(model, tokenizer, read_samples(args.samples), cfg.sft, args.output, args.max_steps,
+                             cfg.seed, lora=lora)
+    if lora is None:
+        trainer.save_model(args.output)  # gathers ZeRO-3 shards into one 16-bit checkpoint
+        if trainer.is_world_process_zero():
+            tokenizer.save_pretrained(args.output)
+    elif trainer.is_world_process_zero():
+        save_model(result.model, tokenizer, args.output)
+    print(json.dumps({"train_loss": result.train_loss, "steps": result.steps, "seconds": round(result.seconds, 1)}))
+    return result
+
+
+if __name__ == "__main__":
+    main()
