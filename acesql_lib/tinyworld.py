@@ -43,7 +43,8 @@ GENERATOR_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 KIND = "acesql-tinyworld"
 LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")  # SynSQL sql_complexity (§3.1)
 LEVEL_MIX = (0.25, 0.30, 0.25, 0.20)  # UNKNOWN: kit's share of each level in the tiny pool
-BIRD_DIFFICULTY = {"Simple": "simple", "Moderate": "moderate", "Complex": "challenging", "Highly Complex": "challenging"}
+# UNKNOWN mapping (BIRD labels difficulty by hand): nested queries are "challenging".
+BIRD_DIFFICULTY = {"Simple": "simple", "Moderate": "moderate", "Complex": "moderate", "Highly Complex": "challenging"}
 STYLES = {  # SynSQL question styles; each wraps the noun phrase a template builds
     "Formal": ("Please provide {np}.", "Could you report {np}?"),
     "Colloquial": ("Hey, can you tell me {np}?", "So what's {np}?"),
@@ -52,7 +53,7 @@ STYLES = {  # SynSQL question styles; each wraps the noun phrase a template buil
     "Descriptive": ("I would like to know {np}, based on the records in the {db} database.",),
     "Concise": ("{NP}?",),
 }
-MULTI_ROUTE_WEIGHT = 4  # UNKNOWN: attributes with several routes are drawn this much more often
+MULTI_ROUTE_WEIGHT = 6  # UNKNOWN: attributes with several routes are drawn this much more often
 MAX_RESULT_ROWS = 50  # prefer small, well-defined gold results
 
 
@@ -170,6 +171,7 @@ def _age(r: dict) -> int:
 
 
 ID, FK = ("seq",), ("fk",)
+AGE = ("derived", f"{REF_YEAR} - {{birth_year}}", _age)
 DB_SPECS: tuple[DbSpec, ...] = (
     DbSpec("school", False, (
         T("departments", "department", "departments", 12, C("dept_id", "integer", ID),
@@ -183,7 +185,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("salary", "integer", ("int", 38000, 120000), "num"),
           C("hire_date", "date", ("date", 2000, 2023), "date", "hire date"),
           C("birth_year", "integer", ("int", 1955, 1995), "num", "birth year"),
-          C("age", "integer", ("derived", "{REF} - {birth_year}", _age), "num")),
+          C("age", "integer", AGE, "num")),
         T("courses", "course", "courses", 150, C("course_id", "integer", ID),
           C("title", "text", ("title", ADJ, NOUN), "label"),
           C("dept_id", "integer", FK, fk="departments"),
@@ -193,7 +195,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("full_name", "text", ("person",), "label", "name"),
           C("home_city", "text", ("choice", CITIES), "cat", "home city"),
           C("birth_year", "integer", ("int", 1996, 2006), "num", "birth year"),
-          C("age", "integer", ("derived", "{REF} - {birth_year}", _age), "num"),
+          C("age", "integer", AGE, "num"),
           C("gpa", "real", ("real", 1.5, 4.0), "num", "GPA")),
         T("enrollments", "enrollment", "enrollments", 2000, C("enrollment_id", "integer", ID),
           C("student_id", "integer", FK, fk="students"),
@@ -267,7 +269,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("patient_name", "text", ("person",), "label", "patient name"),
           C("gender", "text", ("choice", ["F", "M"]), "cat"),
           C("birth_year", "integer", ("int", 1935, 2015), "num", "birth year"),
-          C("age", "integer", ("derived", "{REF} - {birth_year}", _age), "num"),
+          C("age", "integer", AGE, "num"),
           C("city", "text", ("choice", CITIES), "cat"),
           C("blood_type", "text", ("choice", ["A+", "A-", "B+", "B-", "AB+", "O+", "O-"]), "cat", "blood type")),
         T("appointments", "appointment", "appointments", 2000, C("appointment_id", "integer", ID),
@@ -317,7 +319,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("position", "text", ("choice", ["Goalkeeper", "Defender", "Midfielder", "Forward"]), "cat"),
           C("nationality", "text", ("choice", COUNTRIES), "cat"),
           C("birth_year", "integer", ("int", 1986, 2006), "num", "birth year"),
-          C("age", "integer", ("derived", "{REF} - {birth_year}", _age), "num"),
+          C("age", "integer", AGE, "num"),
           C("market_value", "real", ("real", 0.5, 120), "num", "market value in millions")),
         T("matches", "match", "matches", 380, C("match_id", "integer", ID),
           C("home_team_id", "integer", FK, fk="teams", link="home team"),
@@ -344,8 +346,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("record_label", "text", ("choice", ["Blue Note", "Sunrise", "Harbor Records", "Echo House"]), "cat",
             "record label")),
         T("tracks", "track", "tracks", 1500, C("track_id", "integer", ID),
-          C("track_title", "text", ("title", NOUN, ["Song", "Blues", "Waltz", "Dream", "Dance", "Ballad", "Anthem",
-                                                    "Lullaby", "March", "Hymn"]), "", "track title"),
+          C("track_title", "text", ("title", ADJ, NOUN), "label", "track title"),
           C("album_id", "integer", FK, fk="albums"),
           C("artist_id", "integer", ("copy", "album_id", "artist_id"), fk="artists"),
           C("genre", "text", ("choice", ["Rock", "Jazz", "Pop", "Folk", "Electronic", "Blues"]), "cat"),
@@ -364,7 +365,7 @@ DB_SPECS: tuple[DbSpec, ...] = (
           C("guest_name", "text", ("person",), "label", "guest name"),
           C("country", "text", ("choice", COUNTRIES), "cat"),
           C("birth_year", "integer", ("int", 1940, 2005), "num", "birth year"),
-          C("age", "integer", ("derived", "{REF} - {birth_year}", _age), "num")),
+          C("age", "integer", AGE, "num")),
         T("stays", "stay", "stays", 2000, C("stay_id", "integer", ID),
           C("guest_id", "integer", FK, fk="guests"),
           C("room_id", "integer", FK, fk="rooms"),
@@ -569,6 +570,14 @@ def _leaf_routes(db: DbSpec, joins: tuple[Join, ...], table: str, c: Col) -> lis
     return routes
 
 
+def _linked_phrase(via: str, parent: Table, c: Col) -> str:
+    """'customer city'; 'borrower name' rather than 'borrower member name'."""
+    phrase = c.phrase or _readable(c.name)
+    if phrase.startswith(parent.singular + " "):
+        phrase = phrase[len(parent.singular) + 1:]
+    return f"{via} {phrase}"
+
+
 def attributes(db: DbSpec, anchor: str) -> list[Attr]:
     """Local columns, parent columns one FK away (with the anchor's copy, if any) and two FKs away
     (with the shortcut FK, if any). Copy and shortcut columns are routes, not attributes."""
@@ -583,8 +592,7 @@ def attributes(db: DbSpec, anchor: str) -> list[Attr]:
                 continue
             routes = _leaf_routes(db, (j1,), p.name, pc)
             routes += [Route((), anchor, c.name) for c in t.cols if c.gen[:3] == ("copy", fk.name, pc.name)]
-            out.append(Attr(anchor, pc.role, f"{fk.link_phrase or p.singular} {pc.phrase or _readable(pc.name)}",
-                            tuple(routes), p.name))
+            out.append(Attr(anchor, pc.role, _linked_phrase(fk.link_phrase or p.singular, p, pc), tuple(routes), p.name))
         for fk2 in p.links():
             g = db.table(fk2.fk)
             if g.name in (anchor, p.name):
@@ -596,5 +604,640 @@ def attributes(db: DbSpec, anchor: str) -> list[Attr]:
                     continue
                 routes = [Route((j1, j2), g.name, gc.name)]
                 routes += [Route((Join(anchor, s.name, g.name, g.cols[0].name),), g.name, gc.name) for s in shortcut]
-                out.append(Attr(anchor, gc.role, f"{g.singular} {gc.phrase or _readable(gc.name)}", tuple(routes), g.name))
+                out.append(Attr(anchor, gc.role, _linked_phrase(g.singular, g, gc), tuple(routes), g.name))
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# question templates: each returns a candidate whose SQL can be rendered through every route
+
+
+@dataclass
+class Cand:
+    base: int  # index into LEVELS before joins are counted
+    np: str  # the noun phrase the question style wraps
+    attrs: list[Attr]
+    render: Callable[[Recorder, tuple[int, ...]], str | None]
+    hints: list[str]  # evidence parts; {i} is attribute i as the gold route writes it
+    probe: Callable[[Recorder, tuple[int, ...]], str | None] | None = None  # top-2 sort keys; must differ
+    fixed_level: bool = False
+
+
+class DbContext:
+    """One database open for question generation, with its attributes and cached value lists."""
+
+    def __init__(self, db: DbSpec, con: sqlite3.Connection) -> None:
+        self.db, self.con = db, con
+        self.attrs = {t.name: attributes(db, t.name) for t in db.tables}
+        self._values: dict[tuple[str, str, Route], list] = {}
+
+    def pick(self, rng: random.Random, anchor: str, roles: tuple[str, ...], exclude: tuple[Attr, ...] = (),
+             hops: int | None = None) -> Attr | None:
+        pool = [a for a in self.attrs[anchor] if a.role in roles and a not in exclude
+                and (hops is None or len(a.routes[0].joins) == hops)]
+        if not pool:
+            return None
+        return rng.choices(pool, [MULTI_ROUTE_WEIGHT if len(a.routes) > 1 else 1 for a in pool])[0]
+
+    def values(self, a: Attr) -> list:
+        key = (a.anchor, a.phrase, a.routes[0])
+        if key not in self._values:
+            q = Recorder(self.db)
+            sql = f"SELECT {expr(q, a.routes[0])} FROM {from_clause(q, a.anchor, [a.routes[0]])}"
+            self._values[key] = [v for (v,) in self.con.execute(sql) if v is not None]
+        return self._values[key]
+
+    def leaf_type(self, a: Attr) -> str:
+        r = a.routes[0]
+        return self.db.table(r.table).col(r.col).type
+
+
+def lit(v: object) -> str:
+    return "'" + v.replace("'", "''") + "'" if isinstance(v, str) else str(v)
+
+
+def _plural(phrase: str) -> str:
+    return phrase if phrase.endswith("s") else phrase + "s"
+
+
+def _threshold(ctx: DbContext, a: Attr, high: bool, rank: int) -> str | int | float:
+    """A cut-off near the top (or bottom) of the values; numbers are rounded so the question can
+    show them as the SQL writes them."""
+    vals = sorted(set(ctx.values(a)), reverse=high)
+    v = vals[min(rank, len(vals) - 1)]
+    if isinstance(v, float):
+        return round(v, 1) if max(vals) - min(vals) < 50 else int(v)
+    return v
+
+
+def _cat(a: Attr, v: object, i: int) -> tuple[str, str]:
+    return f"whose {a.phrase} is {v}", f"{v} refers to {{{i}}} = {lit(v)}"
+
+
+def _cmp(a: Attr, op: str, v: object, i: int, dev: bool) -> tuple[str, str]:
+    """Phrase and evidence for `a op v`; dev questions say 'high'/'low' and leave the number to evidence."""
+    if a.role == "date":
+        word = "later" if op == ">" else "earlier"
+        return f"whose {a.phrase} is {word} than {v}", f"{word} than {v} refers to {{{i}}} {op} {lit(v)}"
+    if dev:
+        word = "high" if op == ">" else "low"
+        return f"with a {word} {a.phrase}", f"{word} {a.phrase} refers to {{{i}}} {op} {lit(v)}"
+    word = "greater" if op == ">" else "less"
+    return f"whose {a.phrase} is {word} than {v}", f"{a.phrase} refers to {{{i}}}"
+
+
+AGG_WORDS = {"AVG": "average", "MAX": "maximum", "MIN": "minimum", "SUM": "total"}
+
+
+def _sql(q: Recorder, anchor: str, attrs: list[Attr], ch: tuple[int, ...]) -> tuple[str | None, list[str]]:
+    routes = [a.routes[i] for a, i in zip(attrs, ch)]
+    fr = from_clause(q, anchor, routes)
+    return fr, ([expr(q, r) for r in routes] if fr else [])
+
+
+def t_count(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("cat", "label"))
+    if a is None:
+        return None
+    v = rng.choice(ctx.values(a))
+    phrase, hint = _cat(a, v, 0)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and f"SELECT COUNT(*) FROM {fr} WHERE {exprs[0]} = {lit(v)}"
+    return Cand(0, f"the number of {t.plural} {phrase}", [a], render, [hint])
+
+
+def t_list(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    lab = t.label
+    a = ctx.pick(rng, t.name, ("num", "date"))
+    if a is None:
+        return None
+    op = rng.choice([">", "<"])
+    v = _threshold(ctx, a, op == ">", rng.randint(2, 6))
+    phrase, hint = _cmp(a, op, v, 0, dev)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and f"SELECT {q(t.name, lab.name)} FROM {fr} WHERE {exprs[0]} {op} {lit(v)}"
+    return Cand(0, f"the {_plural(lab.phrase or _readable(lab.name))} of {t.plural} {phrase}", [a], render, [hint])
+
+
+def t_lookup(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    lab = t.label
+    if lab.role != "label":
+        return None
+    a = ctx.pick(rng, t.name, ("cat", "num", "date", "label"), exclude=tuple(
+        x for x in ctx.attrs[t.name] if x.owner == t.name and x.routes[0].col == lab.name))
+    if a is None:
+        return None
+    x = rng.choice([r[0] for r in ctx.con.execute(f"SELECT {qi(lab.name)} FROM {qi(t.name)}")])
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and f"SELECT {exprs[0]} FROM {fr} WHERE {q(t.name, lab.name)} = {lit(x)}"
+    return Cand(0, f"the {a.phrase} of the {t.singular} {x}", [a], render, [f"{a.phrase} refers to {{0}}"])
+
+
+def _agg(ctx: DbContext, rng: random.Random, dev: bool, filtered: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("num",))
+    b = ctx.pick(rng, t.name, ("cat",), exclude=(a,)) if filtered else None
+    if a is None or (filtered and b is None):
+        return None
+    fn = rng.choice(sorted(AGG_WORDS))
+    hints = [f"{AGG_WORDS[fn]} {a.phrase} refers to {fn}({{0}})"]
+    where, v = "", None
+    if b is not None:
+        v = rng.choice(ctx.values(b))
+        phrase, hint = _cat(b, v, 1)
+        where, hints = " " + phrase, hints + [hint]
+    attrs = [a] + ([b] if b else [])
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, attrs, ch)
+        if not fr:
+            return None
+        cond = f" WHERE {exprs[1]} = {lit(v)}" if b else ""
+        return f"SELECT {fn}({exprs[0]}) FROM {fr}{cond}"
+    return Cand(1 if b else 0, f"the {AGG_WORDS[fn]} {a.phrase} of {t.plural}{where}", attrs, render, hints)
+
+
+def t_agg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    return _agg(ctx, rng, dev, False)
+
+
+def t_agg_where(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    return _agg(ctx, rng, dev, True)
+
+
+def t_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    lab = t.label
+    a = ctx.pick(rng, t.name, ("num",))
+    if a is None:
+        return None
+    high = rng.random() < 0.6
+    order = "DESC" if high else "ASC"
+
+    def render(q: Recorder, ch: tuple[int, ...], probe: bool = False) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        if not fr:
+            return None
+        what, n = (exprs[0], 2) if probe else (q(t.name, lab.name), 1)
+        return f"SELECT {what} FROM {fr} ORDER BY {exprs[0]} {order} LIMIT {n}"
+    word = "highest" if high else "lowest"
+    return Cand(1, f"the {lab.phrase or _readable(lab.name)} of the {t.singular} with the {word} {a.phrase}", [a],
+                render, [f"{word} {a.phrase} refers to {'MAX' if high else 'MIN'}({{0}})"],
+                probe=lambda q, ch: render(q, ch, True))
+
+
+def t_group_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("cat",))
+    if a is None:
+        return None
+
+    def render(q: Recorder, ch: tuple[int, ...], probe: bool = False) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        if not fr:
+            return None
+        what, n = ("COUNT(*)", 2) if probe else (exprs[0], 1)
+        return f"SELECT {what} FROM {fr} GROUP BY {exprs[0]} ORDER BY COUNT(*) DESC LIMIT {n}"
+    return Cand(1, f"the {a.phrase} with the most {t.plural}", [a], render, [f"{a.phrase} refers to {{0}}"],
+                probe=lambda q, ch: render(q, ch, True))
+
+
+def t_group_agg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("cat",))
+    b = ctx.pick(rng, t.name, ("num",))
+    if a is None or b is None or len(set(ctx.values(a))) > 20:
+        return None
+    fn = rng.choice(sorted(AGG_WORDS))
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a, b], ch)
+        return fr and f"SELECT {exprs[0]}, {fn}({exprs[1]}) FROM {fr} GROUP BY {exprs[0]}"
+    return Cand(1, f"the {AGG_WORDS[fn]} {b.phrase} of {t.plural} for each {a.phrase}", [a, b], render,
+                [f"{AGG_WORDS[fn]} {b.phrase} refers to {fn}({{1}})"])
+
+
+def t_count2(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("cat",))
+    b = ctx.pick(rng, t.name, ("num", "date"))
+    if a is None or b is None:
+        return None
+    v = rng.choice(ctx.values(a))
+    op = rng.choice([">", "<"])
+    w = _threshold(ctx, b, op == ">", len(set(ctx.values(b))) // rng.randint(3, 6))
+    p1, h1 = _cat(a, v, 0)
+    p2, h2 = _cmp(b, op, w, 1, dev)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a, b], ch)
+        return fr and f"SELECT COUNT(*) FROM {fr} WHERE {exprs[0]} = {lit(v)} AND {exprs[1]} {op} {lit(w)}"
+    return Cand(1, f"the number of {t.plural} {p1} and {p2}", [a, b], render, [h1, h2])
+
+
+def _parent_label(ctx: DbContext, rng: random.Random) -> tuple[Table, Attr, Table, str] | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("label",), hops=1)
+    if a is None:
+        return None
+    return t, a, ctx.db.table(a.owner), a.routes[0].joins[0].src_col
+
+
+def t_having(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    found = _parent_label(ctx, rng)
+    if found is None:
+        return None
+    t, a, p, fk = found
+    counts = [n for (n,) in ctx.con.execute(
+        f"SELECT COUNT(*) FROM {qi(t.name)} GROUP BY {qi(fk)} ORDER BY 1 DESC")]
+    n = counts[min(rng.randint(1, 5), len(counts) - 1)]
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and f"SELECT {exprs[0]} FROM {fr} GROUP BY {q(t.name, fk)} HAVING COUNT(*) > {n}"
+    return Cand(2, f"the {_plural(a.phrase)} of {p.plural} that have more than {n} {t.plural}", [a], render,
+                [f"more than {n} {t.plural} refers to COUNT(*) > {n}"])
+
+
+def t_top_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    found = _parent_label(ctx, rng)
+    if found is None:
+        return None
+    t, a, p, fk = found
+    b = ctx.pick(rng, t.name, ("num",), hops=0)
+    if b is None:
+        return None
+
+    def render(q: Recorder, ch: tuple[int, ...], probe: bool = False) -> str | None:
+        fr, exprs = _sql(q, t.name, [a, b], ch)
+        if not fr:
+            return None
+        what, k = (f"SUM({exprs[1]})", 2) if probe else (exprs[0], 1)
+        return f"SELECT {what} FROM {fr} GROUP BY {q(t.name, fk)} ORDER BY SUM({exprs[1]}) DESC LIMIT {k}"
+    total = b.phrase if b.phrase.startswith("total ") else "total " + b.phrase
+    return Cand(2, f"the {a.phrase} of the {p.singular} whose {t.plural} have the highest {total}",
+                [a, b], render, [f"highest {total} refers to MAX(SUM({{1}}))"],
+                probe=lambda q, ch: render(q, ch, True))
+
+
+def t_above_avg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("num",))
+    b = ctx.pick(rng, t.name, ("cat",))
+    if a is None or b is None:
+        return None
+    v = rng.choice(ctx.values(b))
+    phrase, hint = _cat(b, v, 1)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a, b], ch)
+        inner, (e_in,) = _sql(q, t.name, [a], ch[:1]) if fr else (None, [None])
+        return fr and inner and (f"SELECT COUNT(*) FROM {fr} WHERE {exprs[1]} = {lit(v)} AND {exprs[0]} > "
+                                 f"(SELECT AVG({e_in}) FROM {inner})")
+    return Cand(3, f"the number of {t.plural} {phrase} and whose {a.phrase} is above the average {a.phrase} "
+                   f"of all {t.plural}", [a, b], render, [hint, f"average {a.phrase} refers to AVG({{0}})"],
+                fixed_level=True)
+
+
+def _child_link(ctx: DbContext, rng: random.Random) -> tuple[Table, Col, Table] | None:
+    t = rng.choice(ctx.db.tables)
+    links = t.links()
+    if not links:
+        return None
+    fk = rng.choice(links)
+    return t, fk, ctx.db.table(fk.fk)
+
+
+def t_not_in(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    found = _child_link(ctx, rng)
+    if found is None:
+        return None
+    t, fk, p = found
+    a = ctx.pick(rng, t.name, ("cat",))
+    if a is None or a.owner == p.name:
+        return None
+    v = rng.choice(ctx.values(a))
+    phrase, hint = _cat(a, v, 0)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and (f"SELECT COUNT(*) FROM {q.from_table(p.name)} WHERE {q(p.name, p.cols[0].name)} NOT IN "
+                       f"(SELECT {q(t.name, fk.name)} FROM {fr} WHERE {exprs[0]} = {lit(v)})")
+    return Cand(3, f"the number of {p.plural} that have no {t.plural} {phrase}", [a], render, [hint], fixed_level=True)
+
+
+def t_cte(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    found = _child_link(ctx, rng)
+    if found is None:
+        return None
+    t, fk, p = found
+    a = ctx.pick(rng, t.name, ("cat",))
+    if a is None:
+        return None
+    v = rng.choice(ctx.values(a))
+    phrase, hint = _cat(a, v, 0)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        fr, exprs = _sql(q, t.name, [a], ch)
+        return fr and (f"WITH per AS (SELECT {q(t.name, fk.name)} AS k, COUNT(*) AS n FROM {fr} WHERE {exprs[0]} = "
+                       f"{lit(v)} GROUP BY {q(t.name, fk.name)}) SELECT COUNT(*) FROM per WHERE n > "
+                       f"(SELECT AVG(n) FROM per)")
+    return Cand(3, f"the number of {p.plural} with more {t.plural} {phrase} than the average {p.singular} has",
+                [a], render, [hint], fixed_level=True)
+
+
+def t_max_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    found = _child_link(ctx, rng)
+    if found is None:
+        return None
+    t, fk, p = found
+    a = ctx.pick(rng, p.name, ("num",), hops=0)
+    if a is None:
+        return None
+    pk = p.cols[0].name
+
+    def render(q: Recorder, ch: tuple[int, ...], probe: bool = False) -> str | None:
+        fr, exprs = _sql(q, p.name, [a], ch)
+        if probe:
+            return f"SELECT {exprs[0]} FROM {fr} ORDER BY {exprs[0]} DESC LIMIT 2"
+        return (f"SELECT COUNT(*) FROM {q.from_table(t.name)} WHERE {q(t.name, fk.name)} = "
+                f"(SELECT {q(p.name, pk)} FROM {fr} ORDER BY {exprs[0]} DESC LIMIT 1)")
+    via = fk.link_phrase or p.singular
+    return Cand(3, f"the number of {t.plural} whose {via} is the {p.singular} with the highest {a.phrase}", [a],
+                render, [f"highest {a.phrase} refers to MAX({{0}})"], probe=lambda q, ch: render(q, ch, True),
+                fixed_level=True)
+
+
+def t_diff(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+    t = rng.choice(ctx.db.tables)
+    a = ctx.pick(rng, t.name, ("cat",))
+    if a is None:
+        return None
+    options = sorted(set(ctx.values(a)))
+    if len(options) < 2:
+        return None
+    v1, v2 = rng.sample(options, 2)
+
+    def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
+        parts = []
+        for v in (v1, v2):
+            fr, exprs = _sql(q, t.name, [a], ch)
+            if not fr:
+                return None
+            parts.append(f"(SELECT COUNT(*) FROM {fr} WHERE {exprs[0]} = {lit(v)})")
+        return f"SELECT {parts[0]} - {parts[1]}"
+    return Cand(3, f"the difference between the number of {t.plural} whose {a.phrase} is {v1} and the number whose "
+                   f"{a.phrase} is {v2}", [a], render, [_cat(a, v1, 0)[1], _cat(a, v2, 0)[1]], fixed_level=True)
+
+
+TEMPLATES: tuple[tuple[Callable[[DbContext, random.Random, bool], Cand | None], ...], ...] = (
+    (t_count, t_list, t_lookup, t_agg),
+    (t_top, t_group_top, t_group_agg, t_count2, t_agg_where),
+    (t_having, t_top_parent),
+    (t_above_avg, t_not_in, t_cte, t_max_parent, t_diff),
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# realising candidates: execute the gold, keep only alternatives with the same rows
+
+
+def _rows(con: sqlite3.Connection, sql: str) -> list[tuple] | None:
+    try:
+        return con.execute(sql).fetchall()
+    except sqlite3.Error:
+        return None
+
+
+def _multiset(rows: list[tuple]) -> Counter:
+    """Rows as a multiset, floats rounded to 6 places (§4 step 4)."""
+    return Counter(tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows)
+
+
+@dataclass
+class Question:
+    db_id: str
+    level: str
+    np: str
+    sql: str
+    routes: list[dict]  # gold first: {"sql", "columns"}
+    evidence: str
+
+
+def realise(ctx: DbContext, cand: Cand, rng: random.Random) -> Question | None:
+    rendered = []
+    for ch in itertools.product(*(range(len(a.routes)) for a in cand.attrs)):
+        q = Recorder(ctx.db)
+        sql = cand.render(q, ch)
+        if sql:
+            rendered.append((ch, sql, q.columns()))
+    if not rendered:
+        return None
+    ch, sql, cols = rendered[rng.randrange(len(rendered))]
+    gold = _rows(ctx.con, sql)
+    if not gold or len(gold) > MAX_RESULT_ROWS or all(v in (None, 0) for r in gold for v in r):
+        return None
+    if cand.probe is not None:
+        top = _rows(ctx.con, cand.probe(Recorder(ctx.db), ch))
+        if top is None or (len(top) == 2 and _multiset(top[:1]) == _multiset(top[1:])):
+            return None  # a tie at the top: the answer would not be well defined
+    routes, seen, want = [{"sql": sql, "columns": cols}], {tuple(cols)}, _multiset(gold)
+    for _, alt_sql, alt_cols in rendered:
+        if tuple(alt_cols) not in seen:
+            alt = _rows(ctx.con, alt_sql)
+            if alt is not None and _multiset(alt) == want:  # verified, else dropped
+                routes.append({"sql": alt_sql, "columns": alt_cols})
+                seen.add(tuple(alt_cols))
+    bare = [expr(Recorder(ctx.db, bare=True), a.routes[i]) for a, i in zip(cand.attrs, ch)]
+    level = cand.base if cand.fixed_level else min(2, cand.base + sql.count(" JOIN "))
+    return Question(ctx.db.db_id, LEVELS[level], cand.np, sql, routes,
+                    "; ".join(h.format(*bare) for h in cand.hints))
+
+
+def _phrase(rng: random.Random, np: str, db_id: str) -> tuple[str, str]:
+    style = rng.choice(sorted(STYLES))
+    return style, rng.choice(STYLES[style]).format(np=np, NP=np[0].upper() + np[1:], db=db_id)
+
+
+def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, dev: bool,
+                       seen: set[tuple[str, str]]) -> list[tuple[str, str, Question]]:
+    """`n` distinct questions (text and gold SQL both new per database) as (style, text, question)."""
+    out: list[tuple[str, str, Question]] = []
+    attempts = 0
+    while len(out) < n:
+        attempts += 1
+        if attempts > 100 * n:
+            raise RuntimeError(f"tiny world: only {len(out)} of {n} questions after {attempts} attempts")
+        ctx = rng.choice(ctxs)
+        level = rng.choices(range(len(LEVELS)), LEVEL_MIX)[0]
+        cand = rng.choice(TEMPLATES[level])(ctx, rng, dev)
+        q = realise(ctx, cand, rng) if cand is not None else None
+        if q is None:
+            continue
+        style, text = _phrase(rng, q.np, q.db_id)
+        keys = {(q.db_id, "q:" + text.lower()), (q.db_id, "s:" + q.sql)}
+        if keys & seen:
+            continue
+        seen |= keys
+        out.append((style, text, q))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the world on disk
+
+
+def _dump(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _write_world(root: Path, seed: int, n_train: int, n_dev: int) -> dict:
+    """Write every file of the world under `root`; returns the manifest."""
+    world = TinyWorld(root)
+    db_info: dict[str, dict] = {}
+    for db in DB_SPECS:
+        rows = generate_rows(db, seed)
+        path = world.db_path(db.db_id, "dev")
+        _create_sqlite(path, db, rows)
+        if not db.dev_only:  # the same bytes in the SynSQL layout
+            world.db_path(db.db_id, "train").parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, world.db_path(db.db_id, "train"))
+        for t in db.tables:
+            desc = path.parent / "database_description" / f"{t.name}.csv"
+            desc.parent.mkdir(parents=True, exist_ok=True)
+            desc.write_text(_description_csv(db, t), encoding="utf-8")
+        db_info[db.db_id] = {"split": "dev" if db.dev_only else "train+dev", "tables": len(db.tables),
+                             "rows": {t.name: len(rows[t.name]) for t in db.tables}, "bytes": path.stat().st_size}
+    _dump(world.tables_json, [tables_entry(db) for db in DB_SPECS])
+    _dump(world.train_tables, [tables_entry(db) for db in DB_SPECS if not db.dev_only])
+    _dump(world.dev_tables, [tables_entry(db) for db in DB_SPECS])
+
+    cons = {db.db_id: sqlite3.connect(f"file:{world.db_path(db.db_id, 'dev')}?mode=ro", uri=True) for db in DB_SPECS}
+    try:
+        ctxs = [DbContext(db, cons[db.db_id]) for db in DB_SPECS]
+        seen: set[tuple[str, str]] = set()
+        train = generate_questions([c for c in ctxs if not c.db.dev_only], n_train,
+                                   random.Random(f"{seed}:train"), False, seen)
+        dev = generate_questions(ctxs, n_dev, random.Random(f"{seed}:dev"), True, seen)
+    finally:
+        for con in cons.values():
+            con.close()
+
+    data, dev_rows, routes = [], [], {"train": {}, "dev": {}}
+    for i, (style, text, q) in enumerate(train):
+        data.append({"db_id": q.db_id, "sql_complexity": q.level, "question_style": style, "question": text,
+                     "external_knowledge": "", "cot": "", "sql": q.sql})
+        if len(q.routes) > 1:
+            routes["train"][str(i)] = q.routes
+    for i, (_, text, q) in enumerate(dev):
+        dev_rows.append({"question_id": i, "db_id": q.db_id, "question": text, "evidence": q.evidence,
+                         "SQL": q.sql, "difficulty": BIRD_DIFFICULTY[q.level]})
+        if len(q.routes) > 1:
+            routes["dev"][str(i)] = q.routes
+    _dump(world.train_json, data)
+    _dump(world.dev_json, dev_rows)
+    _dump(world.routes_json, routes)
+    manifest = {
+        "kind": KIND, "generator_version": GENERATOR_VERSION, "seed": seed, "n_train": n_train, "n_dev": n_dev,
+        "databases": db_info,
+        "dev_only_databases": sorted(db.db_id for db in DB_SPECS if db.dev_only),
+        "train": {"questions": len(data), "route_share": round(len(routes["train"]) / max(1, len(data)), 4),
+                  "by_complexity": dict(sorted(Counter(r["sql_complexity"] for r in data).items())),
+                  "by_style": dict(sorted(Counter(r["question_style"] for r in data).items())),
+                  "by_db": dict(sorted(Counter(r["db_id"] for r in data).items()))},
+        "dev": {"questions": len(dev_rows), "route_share": round(len(routes["dev"]) / max(1, len(dev_rows)), 4),
+                "by_difficulty": dict(sorted(Counter(r["difficulty"] for r in dev_rows).items())),
+                "by_db": dict(sorted(Counter(r["db_id"] for r in dev_rows).items()))},
+    }
+    _dump(world.manifest, manifest)
+    return manifest
+
+
+def build_tinyworld(out_dir: str | Path, seed: int = 0, n_train: int = 3000, n_dev: int = 300,
+                    force: bool = False) -> TinyWorld:
+    """Build (or reuse) the tiny world in `out_dir`.
+
+    An existing world whose manifest has the same seed, sizes and generator version is returned
+    as is; `force` rebuilds. A folder that is not empty and holds no tiny-world manifest is never
+    overwritten. The world is written beside `out_dir` first and moved in when complete.
+    """
+    out = Path(out_dir)
+    world = TinyWorld(out)
+    want = {"kind": KIND, "seed": seed, "n_train": n_train, "n_dev": n_dev, "generator_version": GENERATOR_VERSION}
+    old: dict = {}
+    if world.manifest.is_file():
+        try:
+            old = world.read_manifest()
+        except (json.JSONDecodeError, OSError):
+            old = {}
+    if not force and all(old.get(k) == v for k, v in want.items()):
+        return world
+    if out.exists() and any(out.iterdir()) and old.get("kind") != KIND:
+        raise FileExistsError(f"{out}: not empty and not a tiny world (no {world.manifest.name} of kind {KIND!r}); "
+                              "choose an empty folder")
+    tmp = out.with_name(out.name + ".building")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    _write_world(tmp, seed, n_train, n_dev)
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return world
+
+
+def world_text(world: TinyWorld) -> Iterator[str]:
+    """Every string the tiny model will read or write: questions, evidence, SQL, schema names and
+    the databases' distinct values (the tokenizer is trained on these)."""
+    for rec in json.loads(world.train_json.read_text(encoding="utf-8")):
+        yield rec["question"]
+        yield rec["sql"]
+    for rec in json.loads(world.dev_json.read_text(encoding="utf-8")):
+        yield rec["question"]
+        if rec["evidence"]:
+            yield rec["evidence"]
+        yield rec["SQL"]
+    for entry in json.loads(world.tables_json.read_text(encoding="utf-8")):
+        yield from entry["table_names_original"]
+        yield from entry["table_names"]
+        yield from (name for _, name in entry["column_names_original"])
+        yield from (name for _, name in entry["column_names"])
+        con = sqlite3.connect(f"file:{world.db_path(entry['db_id'], 'dev')}?mode=ro", uri=True)
+        try:
+            for table, (_, col) in ((entry["table_names_original"][t], (t, c))
+                                    for t, c in entry["column_names_original"] if t >= 0):
+                for (v,) in con.execute(f"SELECT DISTINCT {qi(col)} FROM {qi(table)} ORDER BY 1"):
+                    if v is not None:
+                        yield str(v)
+        finally:
+            con.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m acesql_lib.tinyworld", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="folder to write the world into")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-train", type=int, default=3000)
+    parser.add_argument("--n-dev", type=int, default=300)
+    parser.add_argument("--force", action="store_true", help="rebuild even when the manifest matches")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    world = build_tinyworld(args.out, args.seed, args.n_train, args.n_dev, args.force)
+    m = world.read_manifest()
+    print(f"tiny world in {world.root} ({time.perf_counter() - start:.1f} s): {len(m['databases'])} databases, "
+          f"{m['train']['questions']} train (route share {m['train']['route_share']:.1%}), "
+          f"{m['dev']['questions']} dev (route share {m['dev']['route_share']:.1%})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

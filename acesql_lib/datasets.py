@@ -1,0 +1,267 @@
+"""Loaders for the three question formats the kit reads (BIRD, Spider, SynSQL) into one record.
+
+Every loader reads a JSON list, checks each record's fields, and returns a `LoadResult`: the
+good `Example`s plus `skipped`, a list of (record index, reason) for malformed records, each also
+logged as a warning naming the file, the index and the field. A file that is missing or not a
+JSON list is an error naming the file. With `check_db=True` (the default) every database must
+exist at `<db_root>/<db_id>/<db_id>.sqlite`, the layout all three releases share; a missing one
+raises FileNotFoundError naming the path. Question-only fixtures pass `check_db=False`.
+
+The download helpers are for users with internet (§7); they never run in tests, and with
+`HF_HUB_OFFLINE=1` they stop at once with the folder layout to create by hand.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+log = logging.getLogger(__name__)
+
+SYNSQL_REPO = "seeklhy/SynSQL-2.5M"  # OmniSQL's release on the hub (§7)
+ACESQL_REPO = "xiaobing11/ACE-SQL"  # the authors' SFT/RL/pool data (§7)
+BIRD_DEV_URL = "https://bird-bench.oss-cn-beijing.aliyuncs.com/dev.zip"
+# spider_data.zip, the archive linked from the Spider site (hub copies hold the questions only, no databases)
+SPIDER_URL = "https://drive.usercontent.google.com/download?id=1403EGqzIDoHMdQF4c9Bkyl7dZLZ5Wt6J&export=download&confirm=t"
+
+
+class DatasetError(ValueError):
+    """A questions file that cannot be used at all; the message names the file."""
+
+
+class OfflineError(RuntimeError):
+    """A download asked for while downloads are switched off; the message says what to place where."""
+
+
+@dataclass
+class Example:
+    id: str
+    db_id: str
+    question: str
+    evidence: str
+    sql: str
+    difficulty: str  # BIRD difficulty, or SynSQL sql_complexity; "" for Spider
+    question_style: str  # SynSQL question_style; "" elsewhere
+    source: str  # bird, spider or synsql
+    db_path: str
+
+    @property
+    def prompt_question(self) -> str:
+        """§2: for BIRD the question the model reads is evidence + newline + question."""
+        return f"{self.evidence}\n{self.question}" if self.evidence else self.question
+
+
+@dataclass
+class LoadResult:
+    path: str
+    examples: list[Example] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (record index, reason)
+
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self.examples)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+
+# field specs: name -> (required, allowed types)
+_STR, _ID = (str,), (int, str)
+_BIRD = {"question_id": (False, _ID), "db_id": (True, _STR), "question": (True, _STR), "evidence": (False, _STR),
+         "SQL": (True, _STR), "difficulty": (False, _STR)}
+_SPIDER = {"db_id": (True, _STR), "question": (True, _STR), "query": (True, _STR)}
+_SYNSQL = {"id": (False, _ID), "db_id": (True, _STR), "question": (True, _STR), "sql": (True, _STR),
+           "sql_complexity": (False, _STR), "question_style": (False, _STR), "external_knowledge": (False, _STR),
+           "cot": (False, _STR)}
+
+
+def read_json_list(path: str | Path) -> list:
+    """The JSON list in `path`; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"questions file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DatasetError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
+    return data
+
+
+def _problem(record: Any, spec: dict[str, tuple[bool, tuple[type, ...]]]) -> str | None:
+    if not isinstance(record, dict):
+        return f"record is a {type(record).__name__}, not an object"
+    for name, (required, types) in spec.items():
+        if name not in record or record[name] is None:
+            if required:
+                return f"field {name!r} is missing"
+            continue
+        value = record[name]
+        if not isinstance(value, types) or isinstance(value, bool):
+            want = " or ".join(t.__name__ for t in types)
+            return f"field {name!r} must be {want}, got {type(value).__name__}"
+        if required and isinstance(value, str) and not value.strip():
+            return f"field {name!r} is empty"
+    return None
+
+
+def _load(path: str | Path, db_root: str | Path | None, check_db: bool, spec: dict, source: str,
+          make: Any) -> LoadResult:
+    records = read_json_list(path)
+    result = LoadResult(str(path))
+    if check_db and db_root is None:
+        raise ValueError(f"{path}: check_db=True needs db_root (or pass check_db=False)")
+    root = Path(db_root) if db_root is not None else None
+    checked: set[str] = set()
+    for i, record in enumerate(records):
+        problem = _problem(record, spec)
+        if problem:
+            log.warning("%s: record %d: %s; skipped", path, i, problem)
+            result.skipped.append((i, problem))
+            continue
+        db_id = record["db_id"]
+        db_path = root / db_id / f"{db_id}.sqlite" if root is not None else None
+        if check_db and db_id not in checked:
+            if not db_path.is_file():
+                raise FileNotFoundError(f"{path}: record {i} (db_id {db_id!r}): database not found at {db_path}")
+            checked.add(db_id)
+        result.examples.append(make(i, record, str(db_path) if db_path is not None else ""))
+    if result.skipped:
+        log.warning("%s: %d of %d records skipped as malformed", path, len(result.skipped), len(records))
+    return result
+
+
+def _id(record: dict, key: str, index: int) -> str:
+    value = record.get(key)
+    return str(index if value is None else value)
+
+
+def load_bird(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+    """BIRD dev.json (question_id, db_id, question, evidence, SQL, difficulty); DBs under dev_databases/."""
+    return _load(dev_json, db_root, check_db, _BIRD, "bird", lambda i, r, p: Example(
+        _id(r, "question_id", i), r["db_id"], r["question"], r.get("evidence") or "", r["SQL"],
+        r.get("difficulty") or "", "", "bird", p))
+
+
+def load_spider(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+    """Spider dev.json (db_id, question, query); DBs under database/. Ids are record indexes."""
+    return _load(dev_json, db_root, check_db, _SPIDER, "spider", lambda i, r, p: Example(
+        str(i), r["db_id"], r["question"], "", r["query"], "", "", "spider", p))
+
+
+def load_synsql(data_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+    """SynSQL data.json (db_id, sql_complexity, question_style, question, external_knowledge, cot, sql);
+    DBs under databases/. `external_knowledge` is the evidence (empty in most SynSQL records, §2);
+    an `id` field (written by the kit's filtered pools) is kept, else the record index is the id."""
+    return _load(data_json, db_root, check_db, _SYNSQL, "synsql", lambda i, r, p: Example(
+        _id(r, "id", i), r["db_id"], r["question"], r.get("external_knowledge") or "", r["sql"],
+        r.get("sql_complexity") or "", r.get("question_style") or "", "synsql", p))
+
+
+def load_tables(path: str | Path) -> dict:
+    """Every schema in a Spider/BIRD tables.json, keyed by db_id (schema.py owns the format)."""
+    from .schema import load_tables_json
+
+    return load_tables_json(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# downloads (for GPU boxes with internet; §7)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _prepare(dest: str | Path, what: str, layout: str, present: list[str], force: bool) -> tuple[Path, bool]:
+    """(dest as a Path, whether the files are already there). Raises OfflineError when offline."""
+    if not isinstance(dest, (str, Path)) or not str(dest).strip():
+        raise TypeError(f"dest must be a folder path, got {dest!r}")
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise NotADirectoryError(f"dest is a file, not a folder: {dest}")
+    if not force and all((dest / p).exists() for p in present):
+        return dest, True
+    if _offline():
+        raise OfflineError(f"cannot download {what} offline (HF_HUB_OFFLINE is set). Download it on a machine "
+                           f"with internet, or place the files by hand so that {dest} holds:\n{layout}")
+    dest.mkdir(parents=True, exist_ok=True)
+    return dest, False
+
+
+def _snapshot(repo_id: str, dest: Path) -> Path:
+    from huggingface_hub import snapshot_download
+
+    snapshot_download(repo_id=repo_id, repo_type="dataset", local_dir=str(dest))
+    return dest
+
+
+def _fetch_zip(url: str, dest: Path) -> None:
+    """Download `url` into dest and unpack it, then unpack any zip found inside (BIRD nests one)."""
+    archive = dest / "download.zip"
+    with urllib.request.urlopen(url) as response, archive.open("wb") as out:  # noqa: S310 (https URL constants)
+        shutil.copyfileobj(response, out)
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(dest)
+    archive.unlink()
+    for inner in sorted(dest.rglob("*.zip")):
+        with zipfile.ZipFile(inner) as z:
+            z.extractall(inner.parent)
+        inner.unlink()
+
+
+def download_synsql(dest: str | Path, force: bool = False) -> Path:
+    """SynSQL-2.5M from the hub into dest (data.json, tables.json, databases/)."""
+    dest, done = _prepare(dest, f"SynSQL-2.5M ({SYNSQL_REPO})",
+                          "  data.json\n  tables.json\n  databases/<db_id>/<db_id>.sqlite",
+                          ["data.json", "databases"], force)
+    return dest if done else _snapshot(SYNSQL_REPO, dest)
+
+
+def download_acesql_release(dest: str | Path, force: bool = False) -> Path:
+    """The authors' released SFT/RL/pool files (§7), as the hub repository lays them out."""
+    dest, done = _prepare(dest, f"the ACE-SQL release ({ACESQL_REPO})",
+                          f"  the files of the hub dataset {ACESQL_REPO}, as published", [".complete"], force)
+    if not done:
+        _snapshot(ACESQL_REPO, dest)
+        (dest / ".complete").write_text(ACESQL_REPO + "\n")
+    return dest
+
+
+def download_bird_dev(dest: str | Path, force: bool = False, url: str = BIRD_DEV_URL) -> Path:
+    """BIRD dev (dev.json, dev_tables.json, dev_databases/ with database_description CSVs) into dest."""
+    layout = ("  dev.json\n  dev_tables.json\n  dev_databases/<db_id>/<db_id>.sqlite\n"
+              "  dev_databases/<db_id>/database_description/<table>.csv")
+    dest, done = _prepare(dest, f"BIRD dev ({url})", layout, ["dev.json", "dev_tables.json", "dev_databases"], force)
+    if not done:
+        _fetch_zip(url, dest)
+        _hoist(dest, "dev.json")
+    return dest
+
+
+def download_spider(dest: str | Path, force: bool = False, url: str = SPIDER_URL) -> Path:
+    """Spider 1.0 (dev.json, tables.json, database/) into dest, from the official archive."""
+    dest, done = _prepare(dest, f"Spider ({url})", "  dev.json\n  tables.json\n  database/<db_id>/<db_id>.sqlite",
+                          ["dev.json", "tables.json", "database"], force)
+    if not done:
+        _fetch_zip(url, dest)
+        _hoist(dest, "dev.json")
+    return dest
+
+
+def _hoist(dest: Path, marker: str) -> None:
+    """Archives wrap their files in a folder (dev_20240627/, spider_data/); move them up to dest."""
+    if (dest / marker).exists():
+        return
+    found = sorted(dest.rglob(marker), key=lambda p: len(p.parts))
+    if not found:
+        raise DatasetError(f"{dest}: the downloaded archive holds no {marker}")
+    for item in sorted(found[0].parent.iterdir()):
+        if not (dest / item.name).exists():
+            shutil.move(str(item), str(dest / item.name))

@@ -1,0 +1,208 @@
+"""The tiny profile's base model: a small Qwen3 taught the two output formats on gold answers.
+
+The paper starts from Qwen3-8B (§1), which already writes well-formed retriever lists and SQL, gets
+some questions right and leaves plenty to gain. The CPU profile cannot download it, so it builds a
+stand-in offline: a byte-level BPE tokenizer trained on the tiny world (digits split one by one, as
+Qwen's are, so copying a number from the question is a run of single-digit copies), a freshly
+initialised Qwen3 sized by `model.tiny_*`, and a short SFT (TRL `SFTTrainer`, completion-only
+loss, CPU settings) on gold outputs of BOTH roles from the tiny world's training pool:
+
+- retriever: full schema + question -> think + the gold SQL's column set (`column_set`);
+- generator: schema pruned to that column set + question -> think + the gold SQL.
+
+Think text (kit's choice; the tiny world has no reasoning traces): one templated sentence naming
+the tables the answer uses, "Tables: a, b." for both roles. It keeps the `<think>` format of §2
+without spending CPU time on long rationales.
+
+The strength of the base model is controlled by `model.tiny_base_steps` (optimizer steps, never
+wall time), so a seed gives the same model on any machine. The folder gets a manifest (seed,
+steps, hash of every setting that shapes the model); a rerun with the same settings reuses it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import Config
+from .models import build_tiny_model, train_tiny_tokenizer
+from .paths import Paths
+from .prompts import generator_messages, generator_target, retriever_messages, retriever_target
+from .schema import Schema
+from .sft import train_sft
+from .sqlcolumns import ColumnResolutionError, column_set
+from .tinyworld import TinyWorld, world_text
+
+MANIFEST = "tiny_base_manifest.json"
+TOKENIZER_PROMPT_SAMPLES = 400  # rendered prompts added to the tokenizer's text, so DDL words become single tokens
+KIT_VERSION = 1  # bump when the recipe below changes in a way the config hash cannot see
+
+
+def tiny_think(columns: Iterable[str]) -> str:
+    """The templated think text of the tiny targets: the tables the answer reads, in order."""
+    tables = sorted({c.split(".", 1)[0] for c in columns})
+    return f"Tables: {', '.join(tables)}."
+
+
+def load_schemas(db_paths: Mapping[str, str | Path], n_values: int, max_chars: int) -> dict[str, Schema]:
+    """One Schema per database from SQLite, with BIRD-style descriptions when the folder has them (§2)."""
+    out = {}
+    for db_id, path in sorted(db_paths.items()):
+        path = Path(path)
+        out[db_id] = Schema.from_sqlite(path, path.parent / "database_description", n_values, max_chars)
+    return out
+
+
+def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Schema], style: str = "tiny",
+                 ) -> tuple[list[dict[str, Any]], int]:
+    """Retriever and generator SFT samples from gold SQL (two per question); also the number skipped.
+
+    A question whose gold SQL does not resolve to a column set is skipped (and counted).
+    """
+    samples, skipped = [], 0
+    for ex in examples:
+        schema = schemas[ex.db_id]
+        try:
+            columns = column_set(ex.sql, schema)
+        except ColumnResolutionError:
+            skipped += 1
+            continue
+        think = tiny_think(columns)
+        samples.append({"prompt": retriever_messages(schema.to_ddl(), ex.question, ex.evidence, style=style),
+                        "completion": [{"role": "assistant", "content": retriever_target(columns, think)}]})
+        samples.append({"prompt": generator_messages(schema.to_ddl(columns), ex.question, ex.evidence, style=style),
+                        "completion": [{"role": "assistant", "content": generator_target(ex.sql, think)}]})
+    return samples, skipped
+
+
+def _sample_text(sample: Mapping[str, Any]) -> str:
+    return "\n".join(m["content"] for key in ("prompt", "completion") for m in sample[key])
+
+
+def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
+    """Everything that shapes the base model; its hash decides whether a saved model is reused."""
+    manifest = world.read_manifest() if world.manifest.is_file() else {}
+    return {
+        "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(cfg.sft),
+        "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
+        "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
+        "torch": torch.__version__,
+    }
+
+
+def settings_hash(settings: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def base_sft_config(cfg: Config):
+    """The base model's SFT settings: the profile's SFT block with the model.tiny_base_* values."""
+    return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
+                   gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
+                   gradient_checkpointing=False, save_steps=0)
+
+
+def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
+    """The tiny world's SynSQL-format training pool as Example records (capped by data.max_train_examples)."""
+    from .datasets import load_synsql
+
+    examples = list(load_synsql(world.train_json, world.train_db_root))
+    return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
+
+
+def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False,
+                    progress: bool = True) -> Path:
+    """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder."""
+    out = Path(paths.base_model)
+    settings = base_settings(cfg, world)
+    digest = settings_hash(settings)
+    manifest_path = out / MANIFEST
+    if not force and manifest_path.is_file() and (out / "config.json").is_file():
+        old = json.loads(manifest_path.read_text())
+        if old.get("config_hash") == digest:
+            return out
+    start = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    pool = load_train_pool(cfg, world)
+    schemas = load_schemas({ex.db_id: ex.db_path for ex in pool}, cfg.data.n_example_values,
+                           cfg.data.example_max_chars)
+    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style)
+    # Tokenizer text: every value, question and SQL of the world, plus rendered prompts so that the
+    # schema and instruction words (CREATE TABLE, example, INTEGER...) become single tokens.
+    texts = list(world_text(world)) + [_sample_text(s) for s in samples[:TOKENIZER_PROMPT_SAMPLES]]
+    tokenizer = train_tiny_tokenizer(texts, cfg.model.tiny_vocab_size)
+    m = cfg.model
+    model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
+                             m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
+    lengths = prompt_lengths(tokenizer, samples)
+    if lengths["max_total"] > min(m.tiny_max_position, cfg.sft.max_length):
+        raise ValueError(f"tiny base: a sample has {lengths['max_total']} tokens, more than "
+                         f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
+    work = out.with_name(out.name + ".building")
+    result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
+                       seed=cfg.seed)
+    model.save_pretrained(work)
+    tokenizer.save_pretrained(work)
+    manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,
+                "samples": len(samples), "skipped_questions": skipped, "train_loss": result.train_loss,
+                "train_seconds": round(result.seconds, 1), "build_seconds": round(time.perf_counter() - start, 1),
+                "parameters": sum(p.numel() for p in model.parameters()), "token_lengths": lengths}
+    (work / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
+    work.rename(out)
+    return out
+
+
+def prompt_lengths(tokenizer: Any, samples: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Token lengths of the rendered generation prompts and completions, per role (mean and max)."""
+    stats: dict[str, list[int]] = {"retriever_prompt": [], "generator_prompt": [], "completion": [], "total": []}
+    for i, s in enumerate(samples):
+        prompt = tokenizer.apply_chat_template(s["prompt"], add_generation_prompt=True, tokenize=True,
+                                               return_dict=True)["input_ids"]
+        completion = tokenizer(s["completion"][0]["content"], add_special_tokens=False)["input_ids"]
+        stats["retriever_prompt" if i % 2 == 0 else "generator_prompt"].append(len(prompt))
+        stats["completion"].append(len(completion) + 1)  # + end-of-turn token
+        stats["total"].append(len(prompt) + len(completion) + 1)
+    out: dict[str, float] = {}
+    for k, v in stats.items():
+        out[f"mean_{k}"] = round(sum(v) / len(v), 1) if v else 0.0
+        out[f"max_{k}"] = max(v) if v else 0
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    from .context import RunContext
+    from .tinyworld import build_tinyworld
+
+    ap = argparse.ArgumentParser(description="Build the tiny profile's base model (gold-output SFT on the tiny world).")
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--evaluate", action="store_true", help="also run the two-pass greedy evaluation on the dev set")
+    args = ap.parse_args(argv)
+    ctx = RunContext.create(args.profile)
+    cfg, paths = ctx.cfg, ctx.paths
+    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    path = build_tiny_base(cfg, paths, world, force=args.force)
+    manifest = json.loads((path / MANIFEST).read_text())
+    print(json.dumps({k: manifest[k] for k in ("steps", "train_loss", "build_seconds", "token_lengths")}, indent=1))
+    if args.evaluate:
+        from .evaluate import evaluate_set
+
+        r = evaluate_set(cfg, paths, path, cfg.eval.sets[0], "base")
+        keys = ("ex", "generator_ability", "retriever_ability", "column_precision", "column_recall",
+                "tokens_per_question", "seconds")
+        print(json.dumps({k: r.metrics[k] for k in keys}, indent=1, default=str))
+    return path
+
+
+if __name__ == "__main__":
+    main()

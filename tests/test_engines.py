@@ -1,0 +1,149 @@
+"""HFEngine: greedy determinism, n samples, seeds, truncation, left padding; token counts; weight names."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from acesql_lib.config import EngineConfig
+from acesql_lib.engines import Completion, HFEngine, count_tokens, make_engine, policy_weights, stop_token_ids
+from acesql_lib.models import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
+
+ANSWERS = ["SELECT name FROM singer", "SELECT count(*) FROM concert", "SELECT age FROM singer WHERE year = 1987"]
+
+
+def _chat(tokenizer, question: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """A tiny model trained a little on chat turns ending in <|im_end|>, so it sometimes stops."""
+    torch.manual_seed(0)
+    dialogues = [(f"question {i} about singer {i % 7}", ANSWERS[i % 3]) for i in range(60)]
+    tokenizer = train_tiny_tokenizer([q + " " + a for q, a in dialogues], vocab_size=400)
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=128, max_position=256)
+    texts = [_chat(tokenizer, q) + a + IM_END for q, a in dialogues]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    tokenizer.padding_side = "right"
+    for step in range(25):
+        batch = tokenizer(texts[(step * 16) % 60:][:16], return_tensors="pt", padding=True, add_special_tokens=False)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def prompts(trained):
+    _, tokenizer = trained
+    return [_chat(tokenizer, q) for q in ["question 3 about singer 3", "how many",
+                                          "question 10 about singer 3 and a much longer tail to pad the others"]]
+
+
+def test_greedy_is_deterministic_and_n_copies_agree(trained, prompts):
+    engine = HFEngine(*trained, batch_size=4)
+    first = engine.generate(prompts, n=2, temperature=0.0, max_new_tokens=12)
+    second = engine.generate(prompts, n=2, temperature=0.0, max_new_tokens=12)
+    assert [len(g) for g in first] == [2, 2, 2]
+    assert [[c.token_ids for c in g] for g in first] == [[c.token_ids for c in g] for g in second]
+    assert all(g[0].token_ids == g[1].token_ids for g in first)
+    assert all(isinstance(c, Completion) and c.n_tokens == len(c.token_ids) for g in first for c in g)
+
+
+def test_left_padding_matches_single_prompt_generation(trained, prompts):
+    engine = HFEngine(*trained)
+    batched = engine.generate(prompts, temperature=0.0, max_new_tokens=16)
+    single = [engine.generate([p], temperature=0.0, max_new_tokens=16)[0] for p in prompts]
+    assert [g[0].token_ids for g in batched] == [g[0].token_ids for g in single]
+
+
+def test_seeded_sampling_is_reproducible_and_leaves_global_rng(trained, prompts):
+    engine = HFEngine(*trained, batch_size=5)
+    state = torch.get_rng_state()
+    a = engine.generate(prompts, n=4, temperature=1.5, max_new_tokens=10, seed=7)
+    assert torch.equal(torch.get_rng_state(), state)
+    b = engine.generate(prompts, n=4, temperature=1.5, max_new_tokens=10, seed=7)
+    c = engine.generate(prompts, n=4, temperature=1.5, max_new_tokens=10, seed=8)
+    ids = lambda out: [[x.token_ids for x in g] for g in out]  # noqa: E731
+    assert ids(a) == ids(b)
+    assert ids(a) != ids(c)
+    assert len({tuple(x.token_ids) for g in a for x in g}) > 1  # samples differ from one another
+
+
+def test_stop_token_ends_and_truncated_flags(trained, prompts):
+    model, tokenizer = trained
+    engine = HFEngine(model, tokenizer)
+    stops = set(stop_token_ids(tokenizer))
+    assert {tokenizer.convert_tokens_to_ids(IM_END), tokenizer.pad_token_id} <= stops
+    long = engine.generate(prompts, n=3, temperature=1.0, max_new_tokens=40, seed=0)
+    for c in (c for g in long for c in g):
+        ended = c.token_ids[-1] in stops
+        assert c.truncated == (not ended)
+        assert ended or c.n_tokens == 40
+        assert not any(t in stops for t in c.token_ids[:-1])  # nothing kept after the stop token
+        assert IM_END not in c.text and "<|endoftext|>" not in c.text
+    assert any(not c.truncated for g in long for c in g), "the trained model never stopped"
+    short = engine.generate(prompts, temperature=0.0, max_new_tokens=2)
+    assert all(c.n_tokens <= 2 and c.truncated == (c.token_ids[-1] not in stops) for g in short for c in g)
+    assert any(c.truncated for g in short for c in g)
+
+
+def test_generation_restores_training_mode(trained, prompts):
+    model, tokenizer = trained
+    model.train()
+    HFEngine(model, tokenizer).generate(prompts[:1], temperature=0.0, max_new_tokens=2)
+    assert model.training
+
+
+def test_bad_arguments_are_rejected(trained, prompts):
+    engine = HFEngine(*trained)
+    with pytest.raises(TypeError):
+        engine.generate(prompts[0])
+    with pytest.raises(ValueError, match="n"):
+        engine.generate(prompts, n=0)
+    with pytest.raises(ValueError, match="top_p"):
+        engine.generate(prompts, top_p=0.0)
+
+
+def test_count_tokens_per_question_and_role():
+    def c(n: int) -> Completion:
+        return Completion("x", list(range(n)), n, False)
+
+    rows = count_tokens({"retriever": [[c(3), c(5)], [c(1)]], "generator": [[c(10)], [c(2), c(2)]]})
+    assert rows == [{"retriever": 8, "generator": 10, "total": 18}, {"retriever": 1, "generator": 4, "total": 5}]
+    with pytest.raises(ValueError, match="different numbers"):
+        count_tokens({"retriever": [[c(1)]], "generator": []})
+
+
+def test_policy_weights_use_checkpoint_names_with_lora_merged(trained):
+    model, tokenizer = trained
+    base_names = set(model.state_dict())
+    with policy_weights(model) as weights:
+        plain = dict(weights)
+    assert set(plain) == base_names
+
+    fresh = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=128, max_position=256)
+    peft_model = apply_lora(fresh, LoraSpec(r=4, alpha=8, dropout=0.0))
+    lora_b = next(p for n, p in peft_model.named_parameters() if "lora_B" in n and "q_proj" in n)
+    with torch.no_grad():
+        lora_b.normal_()  # a non-zero adapter, so merging changes q_proj
+    q_name = "model.layers.0.self_attn.q_proj.weight"
+    base_q = fresh.model.layers[0].self_attn.q_proj.base_layer.weight.detach().clone()
+    with policy_weights(peft_model) as weights:
+        merged = {n: t.clone() for n, t in weights}
+    assert set(merged) == base_names
+    assert not torch.allclose(merged[q_name], base_q)
+    assert torch.allclose(fresh.model.layers[0].self_attn.q_proj.base_layer.weight, base_q, atol=1e-5)  # unmerged
+
+
+def test_make_engine(trained):
+    model, tokenizer = trained
+    engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3), model, tokenizer)
+    assert isinstance(engine, HFEngine) and engine.batch_size == 3
+    with pytest.raises(ValueError, match="model_path"):
+        make_engine(EngineConfig(kind="vllm"), model, tokenizer)

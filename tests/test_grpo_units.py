@@ -1,0 +1,87 @@
+"""Pure pieces of the GRPO step: schedule, vote, PPO/KL token loss, log-prob layout."""
+import math
+
+import pytest
+import torch
+
+from acesql_lib.grpo import _pad_batch, completion_logprobs, gen_weight, lr_lambda, ppo_token_loss
+from acesql_lib.rollouts import vote
+
+
+def test_gen_weight_ramp():
+    # §4 step 9: zero at step 1, linear to 1 at 25% of steps, then 1
+    assert gen_weight(1, 728, 0.25) == 0.0
+    assert gen_weight(183, 728, 0.25) == pytest.approx(1.0)
+    assert gen_weight(92, 728, 0.25) == pytest.approx(91 / 182)
+    assert gen_weight(500, 728, 0.25) == 1.0
+    assert gen_weight(1, 728, 0.0) == 1.0  # "w/o schedule"
+
+
+def test_lr_warmup_then_constant():
+    f = lr_lambda(4)
+    assert [f(i) for i in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    assert lr_lambda(0)(0) == 1.0
+
+
+def test_majority_vote_threshold():
+    a, b, c = "t.a", "t.b", "t.c"
+    sets = [frozenset({a, b}), frozenset({a}), frozenset({a, c}), frozenset({b, a}),
+            frozenset({b}), frozenset(), frozenset({c}), frozenset({a})]
+    # N=8, ceil(0.5*8)=4: a is listed 5 times, b 3 times, c 2 times
+    assert vote(sets, 0.5) == frozenset({a})
+    assert vote(sets, 0.3) == frozenset({a, b})  # ceil(2.4) = 3
+    assert vote(sets, 0.25) == frozenset({a, b, c})  # ceil(2) = 2
+    assert vote(sets, 0.5, "union") == frozenset({a, b, c})
+    assert vote([], 0.5) == frozenset()
+    assert vote([frozenset({a}), frozenset({b})], 0.5) == frozenset({a, b})  # ceil(1) = 1
+
+
+def test_ppo_loss_ratio_one_is_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    adv = torch.tensor([[2.0]])
+    loss, kl, clipped = ppo_token_loss(logp, logp.detach(), logp.detach(), adv, kl_coef=0.0)
+    loss.sum().backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-2.0, -2.0]]))  # d(-A * ratio)/dlogp = -A
+    assert torch.all(kl == 0) and torch.all(clipped == 0)
+
+
+def test_ppo_clip_and_dual_clip():
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 10.0]]))  # ratios 1.5, 0.5, 10
+    pos, _, clipped = ppo_token_loss(logp, old, logp, torch.tensor([[1.0]]), kl_coef=0)
+    # A>0: min(r, clip(r)) -> 1.2, 0.5, 1.2 ; loss is the negative
+    assert torch.allclose(pos, -torch.tensor([[1.2, 0.5, 1.2]]))
+    assert clipped.tolist() == [[1.0, 1.0, 1.0]]
+    neg, _, _ = ppo_token_loss(logp, old, logp, torch.tensor([[-1.0]]), kl_coef=0)
+    # A<0: max(-A r, -A clip(r)) = 1.5, 0.8, 10 ; dual clip caps at -A*3 = 3
+    assert torch.allclose(neg, torch.tensor([[1.5, 0.8, 3.0]]))
+
+
+def test_k3_kl_matches_formula_and_is_nonnegative():
+    logp = torch.tensor([[-1.0, -0.5, -3.0]])
+    ref = torch.tensor([[-1.2, -0.5, -1.0]])
+    _, kl, _ = ppo_token_loss(logp, logp, ref, torch.zeros(1, 1), kl_coef=0.001)
+    d = ref - logp
+    assert torch.allclose(kl, torch.exp(d) - d - 1)
+    assert torch.all(kl >= 0) and kl[0, 1] == 0
+
+
+def test_left_padded_logprobs_equal_unpadded():
+    """The loss must see the same log-probs as an unpadded forward (what generation saw)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                         max_position_embeddings=64)).eval()
+    prompts = [[1, 2, 3, 4, 5], [6, 7]]
+    comps = [[8, 9], [10, 11, 12, 13]]
+    ids, attn, pos, cmask, c_len = _pad_batch(prompts, comps, pad_id=0, device=torch.device("cpu"))
+    with torch.no_grad():
+        batched = completion_logprobs(model, ids, attn, pos, c_len)
+        for i, (p, c) in enumerate(zip(prompts, comps)):
+            full = torch.tensor([p + c])
+            logits = model(input_ids=full).logits[0, len(p) - 1:-1].float()
+            ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
+            assert torch.allclose(batched[i, :len(c)], ref, atol=1e-5)
+            assert cmask[i].sum() == len(c)

@@ -1,0 +1,146 @@
+"""The empirical column-set pool (§4 step 5)."""
+import json
+
+import pytest
+
+from acesql_lib.pool import ColumnSetPool
+
+A = frozenset({"t.a", "t.id"})
+B = frozenset({"t.b", "t.id"})
+C = frozenset({"t.a", "t.b", "t.c"})
+GOLD = frozenset({"t.a", "t.c"})
+
+
+def sft_pool(**kw) -> ColumnSetPool:
+    # q1: 3 correct rollouts used A, 2 used B; q2: 1 used A, 1 used C (a tie); q3: none correct
+    return ColumnSetPool.from_rollouts({"q1": [A, A, B, A, B], "q2": [A, C], "q3": []},
+                                       gold={"q1": GOLD, "q2": C, "q3": GOLD}, **kw)
+
+
+def test_sft_rollout_init_counts_exact_sets():
+    pool = sft_pool()
+    assert pool.weights("q1") == {A: 3.0, B: 2.0}
+    assert pool.question_ids() == ["q1", "q2", "q3"]
+    assert GOLD not in pool.weights("q1")  # the gold SQL's own set is not seeded
+
+
+def test_visit_decays_then_reads_targets_before_adding():
+    pool = sft_pool()
+    assert pool.visit("q1") == [A]
+    assert pool.weights("q1") == {A: 1.5, B: 1.0}
+    # this step: two matching rollouts used B, one used the gold set
+    assert pool.add_matches("q1", [B, B, GOLD]) == 3
+    assert pool.weights("q1") == {A: 1.5, B: 3.0, GOLD: 1.0}  # a rollout on the gold route IS added
+    assert pool.targets("q1") == [B]
+    # next epoch: 0.75, 1.5, 0.5 -> B is still the target
+    assert pool.visit("q1") == [B]
+    assert pool.weights("q1") == {A: 0.75, B: 1.5, GOLD: 0.5}
+
+
+def test_ties_are_all_returned_in_a_fixed_order():
+    pool = sft_pool()
+    targets = pool.visit("q2")
+    assert targets == [A, C]  # smaller set first
+    pool2 = ColumnSetPool.from_rollouts({"q": [C, A]})
+    assert pool2.visit("q") == [A, C]
+
+
+def test_question_without_correct_rollouts_has_no_target_until_a_match():
+    pool = sft_pool()
+    assert pool.visit("q3") == []
+    pool.add_matches("q3", [B])
+    assert pool.visit("q3") == [B]
+
+
+def test_empty_sets_are_not_added():
+    pool = ColumnSetPool()
+    assert pool.add_matches("q", [frozenset(), A]) == 1
+    assert pool.weights("q") == {A: 1.0}
+
+
+def test_union_init_is_one_high_recall_set_with_the_rollout_mass():
+    pool = sft_pool(mode="union")
+    assert pool.weights("q1") == {A | B: 5.0}
+    assert pool.weights("q3") == {}
+    assert pool.visit("q2") == [A | C]
+    # fresh matches compete with the union as they do with SFT sets
+    pool.add_matches("q2", [A, A])
+    assert pool.visit("q2") == [A]  # A: 2 * 0.5 = 1.0 > union: 2 * 0.25 = 0.5
+
+
+def test_static_gold_ignores_rollouts():
+    pool = sft_pool(mode="static_gold")
+    assert pool.visit("q1") == [GOLD] and pool.visit("q1") == [GOLD]
+    assert pool.add_matches("q1", [A, A, A]) == 0
+    assert pool.targets("q1") == [GOLD]
+    assert pool.visit("unknown") == []
+
+
+def test_with_mode_converts_a_fresh_pool_only():
+    fresh = sft_pool()
+    assert fresh.with_mode("union").weights("q1") == sft_pool(mode="union").weights("q1")
+    assert fresh.with_mode("static_gold").visit("q2") == [C]
+    fresh.visit("q1")
+    with pytest.raises(ValueError, match="never-visited"):
+        fresh.with_mode("union")
+
+
+def test_stats():
+    pool = sft_pool()
+    s = pool.stats()
+    assert s["questions"] == 3
+    assert s["sets_per_question_mean"] == pytest.approx((2 + 2 + 0) / 3)
+    assert s["sets_per_question_max"] == 2
+    assert s["questions_without_target"] == 1
+    # q1 target A != gold; q2 targets [A, C] include gold C -> 1 of 2 differ
+    assert s["target_differs_from_gold_share"] == pytest.approx(0.5)
+    assert sft_pool(mode="static_gold").stats()["target_differs_from_gold_share"] == 0.0
+
+
+def test_save_load_round_trip_is_exact(tmp_path):
+    pool = ColumnSetPool.from_rollouts({"q1": [A, B, B], "q2": [C]}, gold={"q1": GOLD, "q2": C}, gamma=0.7)
+    for _ in range(3):
+        pool.visit("q1")
+        pool.add_matches("q1", [A])
+    path = tmp_path / "sub" / "pool.json"
+    pool.save(path)
+    loaded = ColumnSetPool.load(path)
+    assert loaded.to_dict() == pool.to_dict()
+    assert loaded.weights("q1") == pool.weights("q1")  # floats bit-exact (0.7 ** 3 etc.)
+    assert loaded.gamma == 0.7 and loaded.mode == "sft_rollouts" and loaded.gold("q1") == GOLD
+    assert loaded.visit("q1") == pool.visit("q1")
+    assert [p.name for p in path.parent.iterdir()] == ["pool.json"]  # no temporary file left
+    data = json.loads(path.read_text())
+    assert data["version"] == 1 and data["questions"]["q2"] == {"gold": ["t.a", "t.b", "t.c"], "visits": 0,
+                                                               "sets": [[["t.a", "t.b", "t.c"], 1.0]]}
+
+
+def test_load_converts_mode(tmp_path):
+    path = tmp_path / "pool.json"
+    sft_pool().save(path)
+    assert ColumnSetPool.load(path, mode="union").weights("q1") == {A | B: 5.0}
+
+
+@pytest.mark.parametrize("data,field", [
+    ({"version": 2, "gamma": 0.5, "questions": {}}, "version"),
+    ({"version": 1, "gamma": "x", "questions": {}}, "gamma"),
+    ({"version": 1, "gamma": 0.5, "mode": "odd", "questions": {}}, "mode"),
+    ({"version": 1, "gamma": 0.5, "questions": []}, "questions"),
+    ({"version": 1, "gamma": 0.5, "questions": {"q9": {"gold": [], "sets": [[["t.a"], -1]]}}}, "q9"),
+    ({"version": 1, "gamma": 0.5, "questions": {"q9": {"gold": [], "sets": [[["t.a"], 1], [["t.a"], 2]]}}}, "repeats"),
+])
+def test_load_rejects_malformed_files_naming_the_field(tmp_path, data, field):
+    path = tmp_path / "pool.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=field):
+        ColumnSetPool.load(path)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="mode"):
+        ColumnSetPool(mode="dense")
+    with pytest.raises(ValueError, match="gamma"):
+        ColumnSetPool(gamma=0.0)
+    pool = sft_pool()
+    with pytest.raises(ValueError, match="already"):
+        pool.add_question("q1")

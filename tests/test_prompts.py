@@ -1,0 +1,222 @@
+"""Prompts and parsers of §2: layout, round trips, and hostile model outputs."""
+import re
+from pathlib import Path
+
+import pytest
+
+from acesql_lib.prompts import (
+    generator_messages, generator_target, parse_generator, parse_retriever, parse_think, question_text,
+    retriever_messages, retriever_target,
+)
+from acesql_lib.schema import Column, Schema, Table, load_tables_json
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+@pytest.fixture(scope="module")
+def spider():
+    return load_tables_json(REAL / "spider_tables.json")
+
+
+@pytest.fixture(scope="module")
+def singer(spider):
+    return spider["concert_singer"]
+
+
+@pytest.fixture(scope="module")
+def bird():
+    return load_tables_json(REAL / "bird_subset_tables.json")
+
+
+def wrap(answer: str, think: str = "reasoning") -> str:
+    return f"<think>\n{think}\n</think>\n\n{answer}"
+
+
+# ---------------------------------------------------------------- prompts
+
+@pytest.mark.parametrize("style", ["paper", "tiny"])
+def test_retriever_prompt_layout(singer, style):
+    ddl = singer.to_ddl()
+    msgs = retriever_messages(ddl, "How many singers?", engine="SQLite", style=style)
+    assert len(msgs) == 1 and msgs[0]["role"] == "user"  # one user turn, no system prompt
+    text = msgs[0]["content"]
+    assert ddl in text and "How many singers?" in text and "SQLite" in text
+    assert "<think>" in text and "[" in text and "```" in text
+    # sections appear in a fixed order
+    order = [text.index(h) for h in ("Task:", "Database engine:", "Database schema:", "Question:", "Rules:",
+                                      "Output format:")]
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("style", ["paper", "tiny"])
+def test_generator_prompt_layout(singer, style):
+    pruned = singer.to_ddl({"singer.Name", "singer.Age"})
+    text = generator_messages(pruned, "Oldest singer?", engine="SQLite", style=style)[0]["content"]
+    assert pruned in text and "Oldest singer?" in text and "```sql" in text and "<think>" in text
+    assert "stadium" not in text  # only the pruned schema reaches the generator
+
+
+def test_tiny_style_is_shorter_with_same_sections(singer):
+    ddl = singer.to_ddl()
+    paper = retriever_messages(ddl, "q", style="paper")[0]["content"]
+    tiny = retriever_messages(ddl, "q", style="tiny")[0]["content"]
+    assert len(tiny) < len(paper)
+    heads = lambda t: [line for line in t.splitlines() if re.fullmatch(r"[A-Z][a-z ]{2,20}:", line)]  # noqa: E731
+    assert len(heads(paper)) == 6
+    assert heads(tiny) == heads(paper)
+
+
+def test_bird_question_is_evidence_then_question():
+    assert question_text("How many?", "count means COUNT") == "count means COUNT\nHow many?"
+    assert question_text("How many?", "") == "How many?"
+    text = generator_messages("CREATE TABLE t (a INTEGER);", "How many?", evidence="count means COUNT")[0]["content"]
+    assert "Question:\ncount means COUNT\nHow many?" in text
+
+
+def test_unknown_style_is_refused():
+    with pytest.raises(ValueError, match="style"):
+        retriever_messages("", "q", style="huge")
+
+
+# ---------------------------------------------------------------- round trips
+
+def test_retriever_target_round_trips_on_every_fixture_schema(spider, bird):
+    for schema in list(spider.values()) + list(bird.values()):
+        cols = schema.columns()[::3]
+        target = retriever_target(cols, "pick the columns")
+        p = parse_retriever(target, schema)
+        assert p.columns == frozenset(cols), schema.db_id
+        assert p.well_formed and p.n_dropped == 0 and p.n_items == len(set(cols))
+        assert parse_think(target).think == "pick the columns"
+
+
+def test_retriever_target_round_trips_names_with_commas():
+    schema = Schema("x", [Table("t", [Column("a,b", "TEXT"), Column("c", "TEXT")])])
+    p = parse_retriever(retriever_target(["t.a,b", "t.c"], "x"), schema)
+    assert p.columns == {"t.a,b", "t.c"} and p.n_items == 2
+
+
+def test_generator_target_round_trips():
+    sql = "SELECT name FROM singer\nWHERE age > 30 ORDER BY age DESC"
+    for prefilled in (False, True):
+        target = generator_target(sql, "  think about ages ", prefilled_think=prefilled)
+        p = parse_generator(target, prefilled_think=prefilled)
+        assert p.sql == sql and p.well_formed
+        assert parse_think(target, prefilled).think == "think about ages"
+    assert not generator_target(sql, "t", prefilled_think=True).startswith("<think>")
+
+
+def test_targets_refuse_text_that_would_not_parse_back():
+    with pytest.raises(ValueError):
+        generator_target("SELECT 1", "I wrote </think> early")
+    with pytest.raises(ValueError):
+        generator_target("SELECT 1 ```", "t")
+
+
+# ---------------------------------------------------------------- think block
+
+def test_parse_think_cases():
+    assert parse_think("<think>a</think>b") == parse_think("<think>a</think>b", prefilled_think=True)
+    closed = parse_think("<think> a </think> rest")
+    assert closed.has_think and closed.think == "a" and closed.answer == " rest"
+    unclosed = parse_think("<think> still thinking [singer.Name]")
+    assert unclosed.opened and not unclosed.has_think and unclosed.answer == ""
+    none = parse_think("just an answer [x.y]")
+    assert not none.opened and not none.has_think and none.answer == "just an answer [x.y]"
+    pre = parse_think("reasoning here</think>\nanswer", prefilled_think=True)
+    assert pre.has_think and pre.think == "reasoning here" and pre.answer == "\nanswer"
+    reopened = parse_think("<think>a</think> b <think> c")
+    assert reopened.opened and not reopened.has_think and reopened.answer == ""
+
+
+# ---------------------------------------------------------------- retriever parser
+
+def test_retriever_takes_last_list_after_think(singer):
+    text = "<think>maybe [singer.Age] or [stadium.Name]</think>\n```\n[singer.Name]\n```\nnot [concert.Year"
+    p = parse_retriever(text, singer)
+    assert p.columns == {"singer.Name"} and p.has_think and p.has_list
+
+
+def test_retriever_list_inside_think_only_is_no_answer(singer):
+    p = parse_retriever("<think>[singer.Name, singer.Age]</think>\nI am done.", singer)
+    assert p.has_think and not p.has_list and p.columns == frozenset() and not p.well_formed
+
+
+def test_retriever_unclosed_think_gives_no_answer(singer):
+    p = parse_retriever("<think>plan\n```\n[singer.Name]\n```", singer, truncated=True)
+    assert not p.has_think and not p.has_list and p.columns == frozenset() and p.truncated
+
+
+def test_retriever_without_think_still_parses_but_is_not_well_formed(singer):
+    p = parse_retriever("[singer.Name, singer.Age]", singer)
+    assert p.columns == {"singer.Name", "singer.Age"} and not p.has_think and not p.well_formed
+
+
+def test_retriever_nested_brackets_are_flattened(singer):
+    p = parse_retriever(wrap("[singer.Name, [singer.Age, singer.Country]]"), singer)
+    assert p.columns == {"singer.Name", "singer.Age", "singer.Country"} and p.n_items == 3
+
+
+def test_retriever_last_of_several_lists_wins(singer):
+    p = parse_retriever(wrap("first [singer.Age]\nfinal:\n```\n[stadium.Name]\n```"), singer)
+    assert p.columns == {"stadium.Name"}
+
+
+def test_retriever_quoted_and_backticked_items(singer):
+    text = wrap('[ "singer"."name", `singer`.`Age`, \'stadium.Location\', "concert.Theme" ]')
+    p = parse_retriever(text, singer)
+    assert p.columns == {"singer.Name", "singer.Age", "stadium.Location", "concert.Theme"} and p.n_dropped == 0
+
+
+def test_retriever_drops_tables_and_unknown_items_and_counts_them(singer):
+    p = parse_retriever(wrap("[singer, singer.Name, singer.nope, stadium.*, , concert.Year]"), singer)
+    assert p.columns == {"singer.Name", "concert.Year"}
+    assert p.n_items == 5 and p.n_dropped == 3
+
+
+def test_retriever_case_and_punctuation_variants(singer):
+    p = parse_retriever(wrap("[SINGER.song_name, singer.Song Release Year, Singer.is-male]"), singer)
+    assert p.columns == {"singer.Song_Name", "singer.Song_release_year", "singer.Is_male"}
+
+
+def test_retriever_empty_list(singer):
+    p = parse_retriever(wrap("```\n[]\n```"), singer)
+    assert p.has_list and p.well_formed and p.columns == frozenset() and p.n_items == 0
+
+
+def test_retriever_prefilled_think(singer):
+    text = "the name column\n</think>\n```\n[singer.Name]\n```"
+    assert parse_retriever(text, singer, prefilled_think=True).well_formed
+    assert not parse_retriever(text, singer).has_think  # without the flag the stray </think> is no block
+
+
+def test_retriever_bird_names_with_spaces_and_parentheses(bird):
+    schema = next(s for s in bird.values() if any(" " in c for c in s.columns()))
+    spaced = [c for c in schema.columns() if " " in c or "(" in c][:3]
+    p = parse_retriever(wrap("[" + ", ".join(f"`{c}`" for c in spaced) + "]"), schema)
+    assert p.columns == frozenset(spaced)
+
+
+# ---------------------------------------------------------------- generator parser
+
+def test_generator_last_sql_block_wins():
+    text = wrap("```sql\nSELECT 1\n```\nbetter:\n```SQL\nSELECT 2\n```")
+    assert parse_generator(text).sql == "SELECT 2"
+
+
+def test_generator_ignores_sql_inside_think_and_unclosed_blocks():
+    text = "<think>```sql\nSELECT 1\n```</think>\n```sql\nSELECT 2"
+    p = parse_generator(text)
+    assert p.has_think and not p.has_sql_block and p.sql == "" and not p.well_formed
+
+
+def test_generator_other_languages_are_not_sql_blocks():
+    p = parse_generator(wrap("```sqlite\nSELECT 1\n```\n```python\nprint(1)\n```"))
+    assert not p.has_sql_block
+
+
+def test_generator_without_think_or_truncated_is_not_well_formed():
+    no_think = parse_generator("```sql\nSELECT 1\n```")
+    assert no_think.sql == "SELECT 1" and not no_think.has_think and not no_think.well_formed
+    cut = parse_generator(wrap("```sql\nSELECT 1\n```"), truncated=True)
+    assert cut.sql == "SELECT 1" and cut.truncated and not cut.well_formed

@@ -1,0 +1,262 @@
+"""Reports: every paper table and figure from synthetic-but-plausible stage outputs, and from none."""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from acesql_lib import reports
+from acesql_lib.config import Config, load_config
+
+RL_EX, SFT_EX, BASE_EX = 47.3, 41.9, 22.6
+RL_TOKENS = 183.4
+SFT_PRED_TOKENS = [(40, 210), (38, 250), (52, 301), (45, 199)]  # (retriever, generator) per question
+RL_PRED_TOKENS = [(30, 120), (28, 150), (35, 171), (33, 140)]
+
+
+def _set_metrics(ex: float, tokens: float | None, gen_ab: float, ret_ab: float, alt: float | None) -> dict:
+    m = {"ex": ex, "n": 200, "ex_by_difficulty": {"simple": ex + 5, "moderate": ex - 3, "challenging": ex - 9},
+         "generator_ability": gen_ab, "retriever_ability": ret_ab,
+         "col_precision": 0.81, "col_recall": 0.74, "col_exact": 0.38}
+    if tokens is not None:
+        m.update(tokens_per_question=tokens, retriever_tokens=round(tokens * 0.2, 1), generator_tokens=round(tokens * 0.8, 1))
+    if alt is not None:
+        m["alt_route_share"] = alt
+    return m
+
+
+def _step(step: int, variant: str) -> dict:
+    rec = {"step": step, "reward/retriever": 0.1 + 0.04 * step, "reward/generator": 0.3 + 0.03 * step,
+           "reward_std/retriever": 0.2, "reward_std/generator": 0.25, "frac_reward_zero_std/retriever": 0.5,
+           "frac_reward_zero_std/generator": 0.4, "completion_length/retriever": 60 - step,
+           "completion_length/generator": 90 - 2 * step, "kl/retriever": 0.001 * step, "kl/generator": 0.002 * step,
+           "loss/retriever": 0.01, "loss/generator": 0.02, "w_gen": min(1.0, step / 3), "grad_norm": 0.8,
+           "pool/sets_per_question": 1.5 + 0.1 * step, "pool/targets_differ_from_gold": 0.2 + 0.01 * step,
+           "route/alt_share": 0.25, "lr": 1e-4}
+    if variant == "full":  # the w/o PCGrad variant logs no projection statistics
+        rec.update({"pcgrad/conflict_ratio": 0.3, "pcgrad/cosine": -0.05 + 0.01 * step, "pcgrad/norm_ret": 1.2,
+                    "pcgrad/norm_gen": 0.9})
+    if step % 4 == 0 or step == 10:
+        rec.update({"val/ex": 30.0 + step, "val/retriever_exact": 20.0 + step})
+    return rec
+
+
+def write_inputs(root: Path) -> reports.ReportDirs:
+    """What notebooks 02, 04, 05 and 06 of the tiny profile write, in their formats."""
+    dirs = reports.ReportDirs(root / "reports" / "metrics", root / "runs", root / "reports" / "tables",
+                              root / "reports" / "figures")
+    dirs.metrics.mkdir(parents=True)
+    evaluation = {"profile": "tiny", "stages": {
+        "base": {"tiny_dev": _set_metrics(BASE_EX, 260.0, 50.1, 30.2, 0.12)},
+        "sft": {"tiny_dev": _set_metrics(SFT_EX, None, 58.0, 44.4, None)},  # tokens/routes only in predictions
+        "rl": {"tiny_dev": _set_metrics(RL_EX, RL_TOKENS, 61.2, 52.7, 0.31)}}}
+    (dirs.metrics / "05_evaluation.json").write_text(json.dumps(evaluation))
+    ablations = {"variants": {"full": {"tiny_dev": _set_metrics(RL_EX, RL_TOKENS, 61.2, 52.7, 0.31)},
+                              "no_pcgrad": {"tiny_dev": _set_metrics(44.8, 190.0, 57.5, 49.9, 0.28)},
+                              "static_gold": {"tiny_dev": _set_metrics(45.6, 185.0, 60.0, 55.0, 0.05)}}}
+    (dirs.metrics / "06_ablations.json").write_text(json.dumps(ablations))
+    (dirs.metrics / "02_self_distillation.json").write_text(json.dumps(
+        {"alt_route_share": 0.274, "pass_rate_hist": {str(k): 40 - 4 * k for k in range(9)}}))
+    for variant in ("full", "no_pcgrad"):
+        log = dirs.run / "grpo" / variant / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        lines = [json.dumps(_step(s, variant)) for s in range(1, 11)]
+        if variant == "full":
+            lines += ["{not json", json.dumps({"reward/retriever": 0.5})]  # one malformed line, one without a step
+        log.write_text("\n".join(lines) + "\n")
+    for stage, toks, alts in (("sft", SFT_PRED_TOKENS, [True, False, None, False]),
+                              ("rl", RL_PRED_TOKENS, [True, True, False, False])):
+        pred = dirs.run / "eval" / stage / "tiny_dev" / "predictions.jsonl"
+        pred.parent.mkdir(parents=True)
+        pred.write_text("".join(json.dumps({"retriever_tokens": r, "generator_tokens": g, "correct": True,
+                                            "alt_route": a}) + "\n" for (r, g), a in zip(toks, alts)))
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg() -> Config:
+    return load_config("tiny")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    cfg = load_config("tiny", {"reports.dpi": 72})  # low resolution keeps the test fast; content is the same
+    dirs = write_inputs(tmp_path_factory.mktemp("full"))
+    return dirs, reports.build_all(cfg, dirs)
+
+
+@pytest.fixture(scope="module")
+def built_empty(tmp_path_factory):
+    cfg = load_config("tiny", {"reports.figure_formats": ["png"], "reports.dpi": 72})
+    root = tmp_path_factory.mktemp("empty")
+    dirs = reports.ReportDirs(root / "metrics", root / "runs", root / "tables", root / "figures")
+    return dirs, reports.build_all(cfg, dirs)
+
+
+def _csv(dirs: reports.ReportDirs, name: str) -> list[dict[str, str]]:
+    with (dirs.tables / f"{name}.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def _row(rows: list[dict[str, str]], column: str, value: str) -> dict[str, str]:
+    found = [r for r in rows if r[column] == value]
+    assert len(found) == 1, f"{column}={value!r}: {len(found)} rows"
+    return found[0]
+
+
+def test_every_artefact_is_written_and_non_empty(built, tiny_cfg):
+    dirs, out = built
+    assert set(out) == set(reports.TABLES) | set(reports.FIGURES)
+    for name in reports.TABLES:
+        assert [p.suffix[1:] for p in out[name]] == tiny_cfg.reports.table_formats
+    for name in reports.FIGURES:
+        assert [p.suffix[1:] for p in out[name]] == tiny_cfg.reports.figure_formats
+    for paths in out.values():
+        for p in paths:
+            assert p.exists() and p.stat().st_size > 0, p
+            assert p.parent in (dirs.tables, dirs.figures)
+
+
+def test_main_table_puts_paper_beside_measured_and_names_the_dataset_honestly(built):
+    dirs, _ = built
+    rows = _csv(dirs, "table1_main")
+    assert _row(rows, "Method", "ACE-SQL")["BIRD dev"] == "65.3"
+    mine = _row(rows, "Source", "profile tiny")
+    assert mine["tiny_dev (BIRD format)"] == f"{RL_EX:.1f}"
+    assert mine["BIRD dev"] == mine["Spider test"] == "not run in profile tiny"
+    assert _row(rows, "Method", "OmniSQL")["tiny_dev (BIRD format)"] == reports.NOT_REPORTED
+    md = (dirs.tables / "table1_main.md").read_text()
+    assert "65.3" in md and f"{RL_EX:.1f}" in md and "not comparable with BIRD/Spider" in md
+
+
+def test_efficiency_table_reads_tokens_from_metrics_else_from_predictions(built):
+    dirs, _ = built
+    rows = _csv(dirs, "table2_efficiency")
+    assert _row(rows, "Method", "ACE-SQL SFT + RL")["Output tokens / query"] == "930"
+    rl = _row(rows, "Method", "ACE-SQL SFT + RL (this kit)")
+    assert (rl["EX"], rl["Output tokens / query"], rl["Dataset"]) == (f"{RL_EX:.1f}", f"{RL_TOKENS:.1f}",
+                                                                      "tiny_dev (BIRD format)")
+    sft = _row(rows, "Method", "ACE-SQL SFT (this kit)")
+    mean_sft = sum(r + g for r, g in SFT_PRED_TOKENS) / len(SFT_PRED_TOKENS)
+    mean_ret = sum(r for r, _ in SFT_PRED_TOKENS) / len(SFT_PRED_TOKENS)
+    assert (sft["Output tokens / query"], sft["Retriever tokens"]) == (f"{mean_sft:.1f}", f"{mean_ret:.1f}")
+
+
+def test_ablation_rows_fill_from_both_notebooks_and_say_what_did_not_run(built):
+    dirs, _ = built
+    rows = _csv(dirs, "table4_ablation")
+    full = _row(rows, "Variant", "+ ACE-SQL full")
+    assert (full["BIRD dev (paper)"], full["EX (profile tiny)"]) == ("65.3", f"{RL_EX:.1f}")
+    assert full["Retriever P / R / exact (profile tiny)"] == "81.0 / 74.0 / 38.0"
+    assert _row(rows, "Variant", "+ SFT")["Generator Ability (profile tiny)"] == "58.0"
+    assert _row(rows, "Variant", "+ ACE-SQL w/o schedule")["EX (profile tiny)"] == "not run in profile tiny"
+    static = _row(rows, "Variant", "static gold-column retriever target")
+    assert (static["BIRD dev (paper)"], static["EX (profile tiny)"]) == ("64.7", "45.6")
+    assert _row(rows, "Variant", "dense retriever reward")["BIRD dev (paper)"] == "lower (not quantified)"
+    assert "19.1% to 42.3%" in (dirs.tables / "table4_ablation.md").read_text()
+
+
+def test_robustness_row_is_not_run_in_tiny(built):
+    dirs, _ = built
+    mine = _row(_csv(dirs, "table3_robustness"), "Source", "profile tiny")
+    assert mine["Spider-DK"] == mine["Spider-Realistic"] == "not run in profile tiny"
+    assert _row(_csv(dirs, "table3_robustness"), "Method", "ACE-SQL")["Spider-Realistic"] == "79.5"
+
+
+def test_hyperparameter_table_compares_paper_default_and_profile(built):
+    dirs, _ = built
+    rows = _csv(dirs, "table5_hyperparameters")
+    gamma = _row(rows, "Config key", "grpo.gamma")
+    assert (gamma["Paper"], gamma["Kit default"], gamma["Profile tiny"], gamma["Profile tiny = paper"]) == (
+        "0.5", "0.5", "0.5", "yes")
+    batch = _row(rows, "Config key", "grpo.batch_questions")
+    assert (batch["Paper"], batch["Profile tiny"], batch["Profile tiny = paper"]) == ("16", "4", "no")
+    assert _row(rows, "Config key", "grpo.learning_rate")["Paper"] == "1e-6"
+    assert _row(rows, "Hyperparameter", "RL hardware and time")["Profile tiny"] == "not a config setting"
+    assert _row(rows, "Config key", "distill.n_retriever")["Profile tiny = paper"] == "n/a"  # UNKNOWN in the paper
+
+
+def test_config_defaults_equal_every_comparable_paper_setting():
+    rows = reports.hyperparameter_rows(Config(), reports.load_paper_results())
+    compared = [r for r in rows if r["default_is_paper"] is not None]
+    assert len(compared) > 30
+    assert [r["key"] for r in compared if not r["default_is_paper"]] == []
+
+
+def test_latex_and_markdown_are_well_formed(built):
+    dirs, _ = built
+    for name in reports.TABLES:
+        n_cols = len(next(csv.reader((dirs.tables / f"{name}.csv").open())))
+        tex = (dirs.tables / f"{name}.tex").read_text()
+        assert tex.count("\\begin{tabular}") == tex.count("\\end{tabular}") == 1
+        assert "\\begin{tabular}{" + "l" * n_cols + "}" in tex
+        body = tex.split("\\midrule\n")[1].split("\\bottomrule")[0].strip().splitlines()
+        assert body and all(line.endswith("\\\\") for line in body)
+        for line in body:  # every unescaped & separates a cell
+            assert line.replace("\\&", "").count("&") == n_cols - 1, line
+        assert "tiny_dev" not in tex and "%" not in tex.replace("\\%", "")
+        md = [ln for ln in (dirs.tables / f"{name}.md").read_text().splitlines() if ln.startswith("|")]
+        assert md[1] == "|" + "|".join(["---"] * n_cols) + "|"
+        assert all(ln.replace("\\|", "").count("|") == n_cols + 1 for ln in md), name
+
+
+def test_figures_are_readable_images(built):
+    dirs, _ = built
+    for name in reports.FIGURES:
+        with Image.open(dirs.figures / f"{name}.png") as im:
+            im.verify()
+        with Image.open(dirs.figures / f"{name}.png") as im:
+            w, h = im.size
+            assert w > 300 and h > 200
+            assert len(set(im.convert("L").resize((64, 40)).getdata())) > 5, f"{name} looks blank"
+        assert (dirs.figures / f"{name}.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_missing_inputs_give_not_run_wording_not_a_crash(built_empty):
+    dirs, out = built_empty
+    assert set(out) == set(reports.TABLES) | set(reports.FIGURES)
+    assert all(p.suffix == ".png" and p.stat().st_size > 0 for f in reports.FIGURES for p in out[f])
+    main = _row(_csv(dirs, "table1_main"), "Source", "profile tiny")
+    assert main["tiny_dev (BIRD format)"] == main["BIRD dev"] == "not run in profile tiny"
+    for r in _csv(dirs, "table4_ablation"):
+        assert r["EX (profile tiny)"] == "not run in profile tiny"
+    assert "not run in profile tiny" in (dirs.tables / "table2_efficiency.md").read_text()
+
+
+def test_malformed_records_are_counted_and_skipped(tmp_path):
+    dirs = write_inputs(tmp_path)
+    (dirs.metrics / "06_ablations.json").write_text("{truncated")
+    inputs = reports.ReportInputs(dirs.metrics, dirs.run)
+    logs = inputs.grpo_logs()
+    assert sorted(logs) == ["full", "no_pcgrad"] and len(logs["full"]) == 10
+    assert [r["step"] for r in logs["full"]] == list(range(1, 11))
+    assert inputs.ablations() == {}
+    text = "\n".join(inputs.problems)
+    assert "1 malformed line(s)" in text and "line 12 has no numeric 'step'" in text
+    assert "06_ablations.json: not valid JSON" in text
+
+
+def test_alternative_route_share_prefers_metrics_then_predictions(tmp_path):
+    inputs = reports.ReportInputs(write_inputs(tmp_path).metrics, tmp_path / "runs")
+    assert inputs.alt_route_share("rl", "tiny_dev") == pytest.approx(31.0)  # metrics (fraction -> %)
+    assert inputs.alt_route_share("sft", "tiny_dev") == pytest.approx(100 / 3)  # 1 of 3 known flags
+    assert inputs.alt_route_share("base", "bird_dev") is None
+
+
+def test_summary_markdown_is_the_main_table(tmp_path, tiny_cfg):
+    md = reports.summary_markdown(tiny_cfg, write_inputs(tmp_path))
+    assert md.splitlines()[0].startswith("**Main results")
+    assert "| ACE-SQL | Qwen3-8B | paper | 65.3 | 83.4 | 87.2 |" in md and f"| {RL_EX:.1f} |" in md
+
+
+def test_paper_results_file_missing_a_section_is_named(tmp_path):
+    data = yaml.safe_load(reports.PAPER_RESULTS.read_text())
+    del data["ablation"]
+    bad = tmp_path / "paper_results.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(reports.ReportInputError, match="paper_results.yaml: missing section 'ablation'"):
+        reports.load_paper_results(bad)

@@ -1,0 +1,159 @@
+"""Alternative executable routes (§1, §5) on a hand-made database and on the tiny world's annotations."""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from acesql_lib.executor import score_batch
+from acesql_lib.routes import is_alternative_route, route_record, route_share, route_table
+from acesql_lib.schema import Schema
+from acesql_lib.sqlcolumns import column_set
+
+# Two questions, each answerable along two routes: the orders table repeats the customer's name.
+QUESTIONS = [
+    {"gold": "SELECT DISTINCT T1.name FROM customers AS T1 JOIN orders AS T2 ON T1.id = T2.customer_id "
+             "WHERE T2.amount > 50",
+     "same_route": "select distinct c.NAME from orders o join customers c on o.customer_id = c.id where o.amount>50",
+     "alternative": "SELECT DISTINCT customer_name FROM orders WHERE amount > 50",
+     "wrong": "SELECT DISTINCT name FROM customers WHERE city = 'Paris'"},
+    {"gold": "SELECT sum(amount) FROM orders WHERE customer_id = 3",
+     "same_route": "SELECT SUM(o.amount) FROM orders AS o WHERE o.customer_id = 3",
+     "alternative": "SELECT sum(T2.amount) FROM customers T1 JOIN orders T2 ON T1.id = T2.customer_id "
+                    "WHERE T1.name = 'name3'",
+     "wrong": "SELECT sum(amount) FROM orders WHERE customer_id = 4"},
+]
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory) -> tuple[Path, Schema]:
+    path = tmp_path_factory.mktemp("routes") / "shop.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT);
+        CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id),
+                             customer_name TEXT, amount REAL);
+    """)
+    customers = [(i, f"name{i}", ["Paris", "Lyon"][i % 2]) for i in range(1, 9)]
+    conn.executemany("INSERT INTO customers VALUES (?, ?, ?)", customers)
+    conn.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)",
+                     [(k, c, f"name{c}", 10.0 * k) for k, c in enumerate([1, 2, 3, 3, 4, 5, 6, 6, 7, 8], 1)])
+    conn.commit()
+    conn.close()
+    return path, Schema.from_sqlite(path)
+
+
+def test_is_alternative_route(shop):
+    _, schema = shop
+    for q in QUESTIONS:
+        assert is_alternative_route(q["alternative"], q["gold"], schema) is True
+        assert is_alternative_route(q["same_route"], q["gold"], schema) is False
+        assert is_alternative_route(q["gold"], q["gold"], schema) is False
+    assert is_alternative_route("SELECT nickname FROM customers", QUESTIONS[0]["gold"], schema) is None
+    assert is_alternative_route(QUESTIONS[0]["gold"], "SELECT name FROM", schema) is None
+
+
+def test_share_on_scored_predictions_matches_hand_count(shop):
+    db, schema = shop
+    kinds = ("gold", "same_route", "alternative", "wrong")
+    items = [(q[k], q["gold"], db) for q in QUESTIONS for k in kinds]
+    scores = score_batch(items, mode="multiset", timeout_s=5.0, workers=1, progress=False)
+    correct = [s.correct for s in scores]
+    assert correct == [k != "wrong" for _ in QUESTIONS for k in kinds]  # the fixture's premise
+    records = [route_record(pred, gold, schema, ok, kind=k)
+               for (pred, gold, _), ok, k in zip(items, correct, kinds * len(QUESTIONS))]
+    share = route_share(records)
+    # Hand count: 2 questions x (gold, same route, alternative) correct; the alternatives differ.
+    assert share == {"n": 8, "n_correct": 6, "n_resolved": 6, "n_unresolved": 0, "n_alternative": 2,
+                     "share": pytest.approx(2 / 6)}
+    assert route_share(pd.DataFrame(records))["n_alternative"] == 2
+
+
+def test_share_counts_unresolved_apart_and_ignores_wrong_predictions():
+    gold = ["t.a", "t.b"]
+    records = [
+        {"correct": True, "pred_columns": ["T.A", "t.b"], "gold_columns": gold},  # same set, other case
+        {"correct": True, "pred_columns": ["t.a", "t.c"], "gold_columns": gold},  # alternative
+        {"correct": True, "pred_columns": None, "gold_columns": gold},  # unresolved
+        {"correct": False, "pred_columns": ["t.z"], "gold_columns": gold},  # wrong: not a route
+    ]
+    assert route_share(records) == {"n": 4, "n_correct": 3, "n_resolved": 2, "n_unresolved": 1,
+                                    "n_alternative": 1, "share": 0.5}
+    assert math.isnan(route_share(records[3:])["share"])
+    with pytest.raises(KeyError, match="route record 0"):
+        route_share([{"correct": True, "pred_columns": ["t.a"]}])
+    with pytest.raises(TypeError, match="string"):
+        route_share([{"correct": True, "pred_columns": "t.a", "gold_columns": gold}])
+
+
+def test_route_table_groups_by_stage_and_dataset():
+    gold = ["t.a"]
+    rows = []
+    for stage, dataset, n_same, n_alt in (("sft", "bird_dev", 3, 1), ("rl", "bird_dev", 1, 3), ("rl", "spider_dev", 2, 2)):
+        rows += [{"stage": stage, "dataset": dataset, "correct": True, "pred_columns": gold, "gold_columns": gold}] * n_same
+        rows += [{"stage": stage, "dataset": dataset, "correct": True, "pred_columns": ["t.b"], "gold_columns": gold}] * n_alt
+    table = route_table(pd.DataFrame(rows))
+    assert list(table[["stage", "dataset"]].itertuples(index=False, name=None)) == \
+        [("sft", "bird_dev"), ("rl", "bird_dev"), ("rl", "spider_dev")]
+    assert table["share"].tolist() == [0.25, 0.75, 0.5]
+    assert table["n_correct"].tolist() == [4, 4, 4]
+    with pytest.raises(KeyError, match="split"):
+        route_table(pd.DataFrame(rows), by=("split",))
+
+
+# ---------------------------------------------------------------------------- tiny world
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from acesql_lib.tinyworld import build_tinyworld
+
+    return build_tinyworld(tmp_path_factory.mktemp("tinyworld") / "world", seed=0, n_train=200, n_dev=60)
+
+
+def _annotated(world) -> list[tuple[str, Path, list[dict]]]:
+    """(gold SQL, database, routes) for every annotated question with at least two routes."""
+    routes = json.loads(world.routes_json.read_text())
+    train = json.loads(world.train_json.read_text())
+    dev = {str(r["question_id"]): r for r in json.loads(world.dev_json.read_text())}
+    out = []
+    for index, rs in routes["train"].items():
+        record = train[int(index)]
+        out.append((record["sql"], world.db_path(record["db_id"], "train"), rs))
+    for qid, rs in routes["dev"].items():
+        record = dev[str(qid)]
+        out.append((record["SQL"], world.db_path(record["db_id"], "dev"), rs))
+    return [(gold, db, rs) for gold, db, rs in out if len(rs) >= 2]
+
+
+def test_tinyworld_alternatives_are_correct_routes(tiny):
+    annotated = _annotated(tiny)
+    assert len(annotated) >= 5, "the tiny world should annotate several questions with alternative routes"
+    schemas: dict[Path, Schema] = {}
+    items, expected_alt, wrong_idx = [], [], []
+    for gold, db, rs in annotated:
+        assert rs[0]["sql"] == gold, f"{db.name}: the first route must be the gold SQL"
+        schema = schemas.setdefault(db, Schema.from_sqlite(db))
+        gold_cols = frozenset(c.lower() for c in rs[0]["columns"])
+        assert frozenset(c.lower() for c in column_set(gold, schema)) == gold_cols
+        for r in rs:
+            differs = frozenset(c.lower() for c in r["columns"]) != gold_cols
+            assert is_alternative_route(r["sql"], gold, schema) is differs, r["sql"]
+            items.append((r["sql"], gold, db))
+            expected_alt.append(differs)
+        table = schema.tables[0]
+        wrong_idx.append(len(items))  # a query that cannot answer the question
+        items.append((f"SELECT -987654321.5 FROM \"{table.name}\" LIMIT 1", gold, db))
+        expected_alt.append(False)
+    scores = score_batch(items, mode="multiset", timeout_s=5.0, workers=1, progress=False)
+    for i, ((pred, _, db), s) in enumerate(zip(items, scores)):
+        assert s.correct is (i not in wrong_idx), f"{db.name}: {pred}"
+    records = [route_record(pred, gold, schemas[db], s.correct) for (pred, gold, db), s in zip(items, scores)]
+    n_correct = len(items) - len(wrong_idx)
+    share = route_share(records)
+    assert (share["n_correct"], share["n_resolved"]) == (n_correct, n_correct)
+    assert share["n_alternative"] == sum(expected_alt) > 0
+    assert share["share"] == pytest.approx(sum(expected_alt) / n_correct)

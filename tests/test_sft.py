@@ -1,0 +1,111 @@
+"""SFT on chat prompt/completion pairs: the training text equals the inference text, the loss
+covers only the completion, every trainable parameter moves, LoRA moves only adapters, and a seed
+fixes the result."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from acesql_lib.config import SFTConfig
+from acesql_lib.models import IM_END, LoraSpec, build_tiny_model, train_tiny_tokenizer
+from acesql_lib.sft import LOG_NAME, _train, check_samples, train_sft
+
+TEXTS = [
+    "Find the minimal columns needed. Question: how many singers are older than 30?",
+    "SELECT count(*) FROM singer WHERE age > 30",
+    "SELECT name FROM concert WHERE year = 2014 ORDER BY name",
+    "[singer.age, singer.name, concert.year, concert.name]",
+    "Tables used: singer. The query filters and counts.",
+] * 4
+
+SAMPLES = [
+    {"prompt": [{"role": "user", "content": f"Question {i}: how many singers are older than {20 + i}?"}],
+     "completion": [{"role": "assistant",
+                     "content": f"<think>\nTables used: singer.\n</think>\n\n```sql\nSELECT count(*) FROM singer "
+                                f"WHERE age > {20 + i}\n```"}]}
+    for i in range(8)
+]
+
+CFG = SFTConfig(learning_rate=1e-2, warmup_ratio=0.0, per_device_batch_size=4, gradient_accumulation_steps=1,
+                num_epochs=1, max_length=256, bf16=False, gradient_checkpointing=False, logging_steps=1, save_steps=0)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tiny_tokenizer(TEXTS, vocab_size=300)
+
+
+def _model(tokenizer, seed=0):
+    return build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                            intermediate_size=64, max_position=256, seed=seed)
+
+
+def test_training_sequence_is_generation_prompt_plus_completion_and_only_completion_is_trained(tokenizer, tmp_path):
+    trainer, _ = _train(_model(tokenizer), tokenizer, SAMPLES[:4], CFG, tmp_path, max_steps=1)
+    im_end = tokenizer.convert_tokens_to_ids(IM_END)
+    for sample, row in zip(SAMPLES[:4], trainer.train_dataset):
+        prompt_ids = tokenizer.apply_chat_template(sample["prompt"], add_generation_prompt=True, tokenize=True,
+                                                   return_dict=True)["input_ids"]
+        completion_ids = tokenizer(sample["completion"][0]["content"], add_special_tokens=False)["input_ids"]
+        ids, labels = row["input_ids"], row["labels"]
+        # What the engine is fed at inference, then exactly the completion and the stop token.
+        assert ids[: len(prompt_ids)] == prompt_ids
+        assert ids[len(prompt_ids): len(prompt_ids) + len(completion_ids) + 1] == completion_ids + [im_end]
+        # The loss mask: nothing of the prompt, all of the completion.
+        assert all(label == -100 for label in labels[: len(prompt_ids)])
+        assert labels[len(prompt_ids):] == ids[len(prompt_ids):]
+
+
+def test_every_parameter_changes_and_loss_is_logged(tokenizer, tmp_path):
+    model = _model(tokenizer)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = train_sft(model, tokenizer, SAMPLES, CFG, tmp_path, max_steps=3, seed=0)
+    assert result.steps == 3 and result.n_samples == len(SAMPLES)
+    for name, param in model.named_parameters():
+        assert not torch.equal(param, before[name]), f"{name} did not change"
+    records = [json.loads(line) for line in (tmp_path / LOG_NAME).read_text().splitlines()]
+    losses = [r["loss"] for r in records if "loss" in r]
+    assert len(losses) == 3 and all(loss > 0 for loss in losses)
+
+
+def test_lora_changes_only_adapters(tokenizer, tmp_path):
+    model = _model(tokenizer)
+    base_before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    result = train_sft(model, tokenizer, SAMPLES, replace(CFG, learning_rate=5e-2), tmp_path, max_steps=2,
+                       lora=LoraSpec(r=4, alpha=8, dropout=0.0))
+    trained = result.model
+    lora_params = {n: p for n, p in trained.named_parameters() if "lora_" in n}
+    assert lora_params and all(p.requires_grad for p in lora_params.values())
+    # lora_B starts at zero: after training it is not, so the adapters learned something.
+    assert any(p.abs().sum() > 0 for n, p in lora_params.items() if "lora_B" in n)
+    for name, param in trained.named_parameters():
+        if "lora_" in name:
+            continue
+        base_name = name.replace("base_model.model.", "").replace(".base_layer", "")
+        assert torch.equal(param, base_before[base_name]), f"{base_name} changed under LoRA"
+
+
+def test_same_seed_same_parameters(tokenizer, tmp_path):
+    finals = []
+    for run in range(2):
+        model = _model(tokenizer, seed=1)
+        train_sft(model, tokenizer, SAMPLES, CFG, tmp_path / str(run), max_steps=2, seed=3)
+        finals.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    other = _model(tokenizer, seed=1)
+    train_sft(other, tokenizer, SAMPLES, CFG, tmp_path / "other", max_steps=2, seed=4)
+    assert all(torch.equal(finals[0][n], finals[1][n]) for n in finals[0])
+    assert any(not torch.equal(finals[0][n], p) for n, p in other.named_parameters())
+
+
+def test_malformed_samples_are_reported_and_skipped(capsys):
+    bad = [{"prompt": "not a list", "completion": SAMPLES[0]["completion"]},
+           {"prompt": SAMPLES[0]["prompt"], "completion": [{"role": "user", "content": "x"}]}]
+    kept = check_samples(SAMPLES[:2] + bad)
+    assert len(kept) == 2
+    out = capsys.readouterr().out
+    assert "skipped 2" in out and "sample 2" in out and "'prompt'" in out
+    with pytest.raises(ValueError, match="no usable SFT samples"):
+        check_samples(bad)
