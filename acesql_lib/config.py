@@ -269,7 +269,8 @@ class ReportsConfig:
 @dataclass
 class Config:
     profile: str = "paper"
-    run_dir: str = ""  # "" = runs/<profile>
+    run_dir: str = ""  # "" = runs/<profile>: models, checkpoints, rollouts (not in git)
+    reports_dir: str = ""  # "" = reports/<profile>: tables, figures, metrics, executed notebooks
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     filtering: FilteringConfig = field(default_factory=FilteringConfig)

@@ -265,3 +265,39 @@ def _hoist(dest: Path, marker: str) -> None:
     for item in sorted(found[0].parent.iterdir()):
         if not (dest / item.name).exists():
             shutil.move(str(item), str(dest / item.name))
+
+
+# ---------------------------------------------------------------------------------------------
+# The profile's data: what notebooks ask for, whichever world the profile uses
+
+
+def training_pool(cfg: Any, paths: Any, progress: bool = True) -> LoadResult:
+    """The SynSQL-format training pool of the profile: the tiny world (built if missing) or SynSQL-2.5M."""
+    if cfg.data.world == "tinyworld":
+        from .tinyworld import build_tinyworld
+
+        world = build_tinyworld(paths.tinyworld, seed=cfg.data.seed, n_train=cfg.data.tiny_n_train,
+                                n_dev=cfg.data.tiny_n_dev)
+        result = load_synsql(world.train_json, world.train_db_root)
+    else:
+        root = Path(cfg.data.synsql_dir)
+        root = root if root.is_absolute() else Path(__file__).resolve().parent.parent / root
+        if not (root / "data.json").exists():
+            raise FileNotFoundError(f"{root / 'data.json'}: SynSQL-2.5M not found; run "
+                                    f"acesql_lib.datasets.download_synsql({str(root)!r}) on a machine with internet")
+        result = load_synsql(root / "data.json", root / "databases")
+    if cfg.data.max_train_examples:
+        result.examples = result.examples[:cfg.data.max_train_examples]
+    return result
+
+
+def eval_examples(eval_set: Any, check_db: bool = True) -> LoadResult:
+    """One evaluation set of the profile (an `EvalSet` entry: BIRD or Spider format)."""
+    root = Path(__file__).resolve().parent.parent
+    path, db_root = (p if Path(p).is_absolute() else root / p for p in (eval_set.path, eval_set.db_root))
+    if not Path(path).exists():
+        hint = "download_bird_dev" if eval_set.format == "bird" else "download_spider"
+        raise FileNotFoundError(f"{path}: evaluation set {eval_set.name!r} not found; run notebook 00 (tiny profile) "
+                                f"or acesql_lib.datasets.{hint}(...) on a machine with internet")
+    loader = load_bird if eval_set.format == "bird" else load_spider
+    return loader(path, db_root, check_db=check_db)

@@ -577,20 +577,22 @@ class _Pool:
     @staticmethod
     def _drain(w: _Worker, on_gold, on_pred) -> bool:
         """Handle every message waiting from `w`; False when its pipe is closed (worker gone)."""
-        try:
-            while w.task is not None and w.conn.poll():
+        while w.task is not None:
+            try:
+                if not w.conn.poll():
+                    return True
                 msg = w.conn.recv()
-                w.last_seen = time.monotonic()
-                if msg[0] == "gold":
-                    w.gold = (msg[1], msg[2])
-                    on_gold(w.task, msg[1], msg[2])
-                else:
-                    w.remaining.pop(0)
-                    on_pred(msg[1], msg[2])
-                if not w.remaining:
-                    w.task = None
-        except Exception:  # EOF or a message cut short by the death
-            return False
+            except (EOFError, OSError, pickle.UnpicklingError):  # closed, or a message cut short by the death
+                return False
+            w.last_seen = time.monotonic()
+            if msg[0] == "gold":
+                w.gold = (msg[1], msg[2])
+                on_gold(w.task, msg[1], msg[2])
+            else:
+                w.remaining.pop(0)
+                on_pred(msg[1], msg[2])
+            if not w.remaining:
+                w.task = None
         return True
 
     @staticmethod
@@ -685,7 +687,7 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
             raise
         finally:
             bar.close()
-    bar.close()
+    bar.close()  # closing twice is harmless
     return out
 
 
@@ -739,6 +741,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, int]]:
     preds = read_bird_predictions(args.pred)
     items = []
     for i, rec in enumerate(gold):
+        if not isinstance(rec, dict) or not isinstance(rec.get("SQL"), str) or not isinstance(rec.get("db_id"), str):
+            raise ValueError(f"{args.gold}: record {i} needs string fields 'SQL' and 'db_id'")
         sql, _ = preds.get(i, ("", rec["db_id"]))  # a missing prediction scores 0 ("empty SQL")
         items.append((sql, rec["SQL"], Path(args.db_root) / rec["db_id"] / f"{rec['db_id']}.sqlite"))
     scores = score_batch(items, mode=args.mode, timeout_s=args.timeout, workers=args.workers)

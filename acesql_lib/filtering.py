@@ -9,7 +9,8 @@ The rules run in this order, cheap ones first so that only survivors are execute
    (schema diversity: tiny schemas teach no schema linking);
 3. duplicate questions: case, whitespace and punctuation ignored;
 4. duplicate SQL: sqlglot-normalised (parse, identifiers lower-cased and unquoted, canonical
-   spacing, `AS` and keyword case; string literals keep their case), or lower-cased with whitespace collapsed when sqlglot cannot parse it;
+   spacing, `AS` and keyword case; string literals keep their case), or lower-cased with
+   whitespace collapsed when sqlglot cannot parse it;
 5. gold SQL check (`require_execution`): it parses, resolves to a column set (`column_set`) and
    executes without error, timeout or size cap; with `drop_empty_results` an empty result goes too
    (UNKNOWN; kit choice: an empty gold is matched by any query that returns nothing, a weak signal);
@@ -21,6 +22,8 @@ databases is two tasks) and the first occurrence in pool order is kept. In the m
 holding fewer questions than its quota gives all it has and the shortfall is shared among the
 other levels in proportion to their shares, so the pool reaches `target_size` whenever it can;
 levels absent from the mix (or with share 0) are dropped. Kept examples stay in pool order.
+Drop reasons of the gold check are `sql_unparseable`, `sql_unresolved`, `sql_<executor status>`
+(error, timeout, too_large, blocked) and `sql_empty_result`.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ DIALECT = "sqlite"
 # A query with no rows: scored as the "prediction" against each gold, it matches exactly when the
 # gold's result is empty, so one batched gold execution also says whether the result is empty.
 _EMPTY_PROBE = "SELECT 1 WHERE 0"
+_LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")  # SynSQL sql_complexity (§3.1)
 _PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
 
 
@@ -271,20 +275,24 @@ def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: s
     set_style()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     both = pd.concat([before.assign(pool="before"), after.assign(pool="after")], ignore_index=True)
-    for ax, col, title in ((axes[0, 0], "complexity", "SQL complexity"), (axes[0, 1], "question_style", "Question style")):
-        share = both.groupby("pool")[col].value_counts(normalize=True).unstack(0).reindex(columns=["before", "after"])
-        share.plot.bar(ax=ax, rot=30)
-        ax.set(title=title, xlabel="", ylabel="share of questions")
-    per_db = both.drop_duplicates(["pool", "db_id"])
-    for ax, frame, col, title in ((axes[1, 0], per_db, "schema_tables", "Tables per schema (one count per database)"),
-                                  (axes[1, 1], both, "sql_columns", "Columns per gold SQL")):
-        values = frame[col].dropna()
-        bins = range(int(values.min()) if len(values) else 0, int(values.max()) + 2 if len(values) else 2)
-        for pool in ("before", "after"):
-            ax.hist(frame.loc[frame["pool"] == pool, col].dropna(), bins=list(bins), alpha=0.6, density=True,
-                    label=f"{pool} (n={int((frame['pool'] == pool).sum())})")
-        ax.set(title=title, xlabel=col.replace("_", " "), ylabel="density")
-        ax.legend()
+    per_db = both.drop_duplicates(["pool", "db_id"])  # schema size counts each database once
+    panels = ((both, "complexity", "SQL complexity", "share of questions"),
+              (both, "question_style", "Question style", "share of questions"),
+              (per_db, "schema_tables", "Tables per schema", "share of databases"),
+              (both, "sql_columns", "Columns per gold SQL", "share of questions"))
+    for ax, (frame, col, title, ylabel) in zip(axes.flat, panels):
+        share = frame.dropna(subset=[col]).groupby("pool")[col].value_counts(normalize=True).unstack(0)
+        share = share.reindex(columns=["before", "after"])
+        if col == "complexity":  # SynSQL's order, not the alphabet's
+            share = share.reindex([lvl for lvl in _LEVELS if lvl in share.index] +
+                                  [lvl for lvl in share.index if lvl not in _LEVELS])
+        elif col in ("schema_tables", "sql_columns"):
+            share.index = share.index.astype(int)
+            share = share.sort_index()
+        sizes = frame.groupby("pool").size()
+        share.columns = [f"{p} (n={int(sizes.get(p, 0))})" for p in share.columns]
+        share.plot.bar(ax=ax, rot=30 if share.index.dtype == object else 0)
+        ax.set(title=title, xlabel="", ylabel=ylabel, ylim=(0, 1.25 * float(share.max().max() or 1)))  # room for the legend
     fig.tight_layout()
     return save_figure(fig, name, figures_dir, formats)
 

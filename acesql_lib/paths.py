@@ -25,7 +25,8 @@ class Paths:
     @classmethod
     def from_config(cls, cfg: Config) -> "Paths":
         run = resolve(cfg.run_dir) if cfg.run_dir else REPO_ROOT / "runs" / cfg.profile
-        return cls(profile=cfg.profile, run=run, reports=REPO_ROOT / "reports" / cfg.profile,
+        reports = resolve(cfg.reports_dir) if cfg.reports_dir else REPO_ROOT / "reports" / cfg.profile
+        return cls(profile=cfg.profile, run=run, reports=reports,
                    tinyworld=resolve(cfg.data.tinyworld_dir))
 
     # data ------------------------------------------------------------------------------------

@@ -1222,6 +1222,19 @@ def world_text(world: TinyWorld) -> Iterator[str]:
             con.close()
 
 
+def route_stats(world: TinyWorld) -> dict[str, dict[str, float]]:
+    """Per split: questions, questions with two or more verified column sets, and their share."""
+    routes = json.loads(world.routes_json.read_text(encoding="utf-8"))
+    sizes = {"train": len(json.loads(world.train_json.read_text(encoding="utf-8"))),
+             "dev": len(json.loads(world.dev_json.read_text(encoding="utf-8")))}
+    out = {}
+    for split, n in sizes.items():
+        multi = [alts for alts in routes.get(split, {}).values() if len({tuple(a["columns"]) for a in alts}) >= 2]
+        out[split] = {"questions": n, "multi_route": len(multi), "share_multi_route": len(multi) / n if n else 0.0,
+                      "routes_per_multi_route_question": sum(len(m) for m in multi) / len(multi) if multi else 0.0}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m acesql_lib.tinyworld", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder to write the world into")

@@ -202,7 +202,7 @@ def test_normalisers():
     assert normalize_sql(a) == normalize_sql("select t1.NAME from `Customers` t1 where t1.id=3 ;")
     assert normalize_sql("SELECT name FROM c WHERE city = 'Paris'") != normalize_sql("SELECT name FROM c WHERE city = 'paris'")
     assert normalize_sql("SELECT name FROM c WHERE id = 1") != normalize_sql("SELECT name FROM c WHERE id = 2")
-    assert normalize_sql("SELECT (  broken FROM") == normalize_sql("select (broken   from") == "select ( broken from"
+    assert normalize_sql("SELECT (  broken\nFROM ;") == normalize_sql("select (  BROKEN   from") == "select ( broken from"
 
 
 # ---------------------------------------------------------------------------- outputs

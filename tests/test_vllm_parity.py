@@ -71,6 +71,8 @@ def run_parity(workdir: Path) -> dict:
     before = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
     sampled = vllm_engine.generate(prompts[:2], n=3, temperature=1.0, max_new_tokens=8, seed=1)
     sampled_again = vllm_engine.generate(prompts[:2], n=3, temperature=1.0, max_new_tokens=8, seed=1)
+    # An RL-sized seeded call (more prompt tokens than one scheduler step holds) must not fail on CPU.
+    many = vllm_engine.generate(prompts * 40, n=8, temperature=1.0, max_new_tokens=2, seed=3)
 
     model.train()
     for group in optimizer.param_groups:
@@ -81,7 +83,7 @@ def run_parity(workdir: Path) -> dict:
     sync_s = time.time() - start
     after = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
     return {"before": before, "after": after, "loss": loss, "load_s": load_s, "sync_s": sync_s,
-            "sampled_shape": [len(g) for g in sampled],
+            "sampled_shape": [len(g) for g in sampled], "many_shape": [len(many), len(many[0])],
             "sampled_reproducible": [[c.token_ids for c in g] for g in sampled]
             == [[c.token_ids for c in g] for g in sampled_again]}
 
@@ -104,6 +106,7 @@ def test_vllm_matches_hf_before_and_after_sync(tmp_path):
     assert after["hf"] != before["hf"], "the optimizer step did not change the HF policy's outputs"
     assert after["vllm"] == after["hf"], "vLLM after sync_weights does not match the updated HF policy"
     assert result["sampled_shape"] == [3, 3]
+    assert result["many_shape"] == [160, 8]
     assert result["sampled_reproducible"]
 
 
