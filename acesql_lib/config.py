@@ -80,6 +80,7 @@ class ModelConfig:
     base_model: str = "Qwen/Qwen3-8B"  # §1: one model, two roles; a hub id or a local folder
     dtype: str = "bfloat16"  # §3.3 bf16
     device: str = "auto"  # "auto", "cpu" or "cuda"
+    prompt_style: str = "paper"  # §2 prompts; "tiny" shortens the instruction sentences (same structure) for CPU
     lora: bool = False  # §3.3 full fine-tune; LoRA through PEFT is an option
     lora_r: int = 64
     lora_alpha: int = 128
@@ -101,6 +102,7 @@ class ModelConfig:
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
         _check(self.device in ("auto", "cpu", "cuda"), "model.device", f"unknown device {self.device!r}")
+        _check(self.prompt_style in ("paper", "tiny"), "model.prompt_style", "must be paper or tiny")
         _check(self.tiny_hidden_size % self.tiny_num_heads == 0, "model.tiny_hidden_size",
                "must be divisible by model.tiny_num_heads")
         _check(self.tiny_num_heads % self.tiny_num_kv_heads == 0, "model.tiny_num_kv_heads",

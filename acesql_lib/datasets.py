@@ -301,3 +301,30 @@ def eval_examples(eval_set: Any, check_db: bool = True) -> LoadResult:
                                 f"or acesql_lib.datasets.{hint}(...) on a machine with internet")
     loader = load_bird if eval_set.format == "bird" else load_spider
     return loader(path, db_root, check_db=check_db)
+
+
+def schema_for(db_path: str | Path, n_values: int = 2, max_chars: int = 40) -> Any:
+    """The live schema of one database, with BIRD descriptions when its folder has them (§2)."""
+    from .schema import Schema
+
+    db_path = Path(db_path)
+    desc = db_path.parent / "database_description"
+    return Schema.from_sqlite(db_path, description_dir=desc if desc.is_dir() else None, n_values=n_values,
+                              max_chars=max_chars)
+
+
+def schemas_for(examples: Any, n_values: int = 2, max_chars: int = 40) -> dict[str, Any]:
+    """db_id -> Schema for every database the examples use, each read once."""
+    out: dict[str, Any] = {}
+    for ex in examples:
+        if ex.db_id not in out:
+            out[ex.db_id] = schema_for(ex.db_path, n_values, max_chars)
+    return out
+
+
+def db_root_of(examples: Any) -> Path:
+    """The folder holding <db_id>/<db_id>.sqlite for these examples (SynSQL, BIRD and Spider layouts)."""
+    roots = {Path(ex.db_path).parent.parent for ex in examples}
+    if len(roots) != 1:
+        raise DatasetError(f"examples come from {len(roots)} database folders: {sorted(map(str, roots))[:3]}")
+    return roots.pop()

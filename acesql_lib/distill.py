@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from tqdm.auto import tqdm
 
 from .config import Config
-from .datasets import Example
+from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
@@ -31,14 +31,6 @@ from .schema import Schema
 
 # ---------------------------------------------------------------------------------------------
 # Tasks: examples with their schemas (one Schema per database, read once)
-
-
-def schema_for(db_path: str | Path, n_values: int = 2, max_chars: int = 40) -> Schema:
-    """The live schema with BIRD descriptions when the database folder has them (§2)."""
-    db_path = Path(db_path)
-    desc = db_path.parent / "database_description"
-    return Schema.from_sqlite(db_path, description_dir=desc if desc.is_dir() else None, n_values=n_values,
-                              max_chars=max_chars)
 
 
 def make_tasks(examples: Sequence[Example], n_values: int = 2, max_chars: int = 40) -> list[Task]:
