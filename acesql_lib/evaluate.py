@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from .config import Config, EvalSet
 from .engines import Completion, Engine, HFEngine
 from .executor import score_batch, write_bird_predictions
-from .paths import Paths, resolve
+from .paths import Paths
 from .prompts import parse_generator, parse_retriever
 from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
@@ -242,22 +242,17 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     """Questions of one `eval.sets` entry (BIRD or Spider layout) and their schemas read from SQLite.
 
     Schemas carry example values (§2) and, when the database folder has BIRD's
-    `database_description/`, column descriptions.
+    `database_description/`, column descriptions. Malformed records are reported and skipped.
     """
-    from . import datasets
+    from .datasets import eval_examples, schemas_for
 
-    path, tables, db_root = resolve(eval_set.path), resolve(eval_set.tables), resolve(eval_set.db_root)
-    loader = datasets.load_bird if eval_set.format == "bird" else datasets.load_spider
-    examples = list(loader(path, db_root))
+    loaded = eval_examples(eval_set)
+    if loaded.skipped:
+        print(f"[evaluate] {eval_set.name}: skipped {len(loaded.skipped)} malformed records, first: {loaded.skipped[:3]}")
+    examples = list(loaded)
     if cfg.eval.max_examples:
         examples = examples[: cfg.eval.max_examples]
-    schemas: dict[str, Schema] = {}
-    for ex in examples:
-        if ex.db_id not in schemas:
-            db_path = Path(ex.db_path)
-            schemas[ex.db_id] = Schema.from_sqlite(db_path, db_path.parent / "database_description",
-                                                   cfg.data.n_example_values, cfg.data.example_max_chars)
-    return examples, schemas
+    return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
 
 
 def _engine_for(cfg: Config, model: Any, tokenizer: Any, model_path: str | Path) -> Engine:

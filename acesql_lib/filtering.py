@@ -23,7 +23,8 @@ holding fewer questions than its quota gives all it has and the shortfall is sha
 other levels in proportion to their shares, so the pool reaches `target_size` whenever it can;
 levels absent from the mix (or with share 0) are dropped. Kept examples stay in pool order.
 Drop reasons of the gold check are `sql_unparseable`, `sql_unresolved`, `sql_<executor status>`
-(error, timeout, too_large, blocked) and `sql_empty_result`.
+(error, timeout, too_large, blocked), `sql_empty_result` and `sql_check_failed` (the emptiness probe
+itself failed, e.g. a worker died).
 """
 from __future__ import annotations
 
@@ -204,6 +205,8 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
         for e, s in zip(pool, scores):
             if s.gold_status != "ok":
                 reasons.append(f"sql_{s.gold_status}")  # sql_error, sql_timeout, sql_too_large, sql_blocked
+            elif s.pred_status != "ok":  # the probe itself failed (a worker died): emptiness unknown
+                reasons.append("sql_check_failed")
             elif cfg.drop_empty_results and s.correct:
                 reasons.append("sql_empty_result")
             else:
@@ -292,7 +295,8 @@ def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: s
         sizes = frame.groupby("pool").size()
         share.columns = [f"{p} (n={int(sizes.get(p, 0))})" for p in share.columns]
         share.plot.bar(ax=ax, rot=30 if share.index.dtype == object else 0)
-        ax.set(title=title, xlabel="", ylabel=ylabel, ylim=(0, 1.25 * float(share.max().max() or 1)))  # room for the legend
+        top = 1.25 * float(share.max().max() or 1)  # head room for the legend
+        ax.set(title=title, xlabel="", ylabel=ylabel, ylim=(0, top))
     fig.tight_layout()
     return save_figure(fig, name, figures_dir, formats)
 

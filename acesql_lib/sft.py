@@ -110,8 +110,12 @@ class _JsonlLog(TrainerCallback):
             self._write({"eval": metrics})
 
 
-def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0):
-    """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA."""
+def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
+               group_by_length: bool = False):
+    """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA.
+
+    `group_by_length` batches samples of similar length (less padding; on CPU that is most of the cost).
+    """
     from trl import SFTConfig as TRLSFTConfig
 
     cuda = torch.cuda.is_available()
@@ -139,6 +143,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
         seed=seed,
         data_seed=seed,  # the data order depends on the seed only
         dataloader_num_workers=0,
+        train_sampling_strategy="group_by_length" if group_by_length else "random",
         disable_tqdm=False,
     )
 
@@ -146,7 +151,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
 def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
               cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
               eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None, eval_every: int = 0,
-              lora: LoraSpec | None = None) -> SFTResult:
+              lora: LoraSpec | None = None, group_by_length: bool = False) -> SFTResult:
     """Fine-tune `model` on chat prompt/completion `samples`; the log goes to output_dir/sft_log.jsonl.
 
     `max_steps` (or cfg.max_steps > 0) bounds the run by optimizer steps; otherwise cfg.num_epochs.
@@ -154,10 +159,12 @@ def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sample
     already has them); `SFTResult.model` is the trained model either way (save it with `save_model`,
     which merges adapters). `eval_fn(model) -> metrics` runs every `eval_every` steps and at the end.
     """
-    return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora)[1]
+    return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora,
+                  group_by_length)[1]
 
 
-def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None):
+def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None,
+           group_by_length=False):
     from datasets import Dataset
     from transformers import set_seed
     from trl import SFTTrainer
@@ -167,7 +174,7 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
     set_seed(seed)
     if lora is not None and not hasattr(model, "peft_config"):
         model = apply_lora(model, lora)
-    args = trl_config(cfg, output_dir, max_steps, seed)
+    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length)
     evals: list[dict[str, Any]] = []
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          callbacks=[_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)])

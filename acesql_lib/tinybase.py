@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from .config import Config
+from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
 from .prompts import generator_messages, generator_target, retriever_messages, retriever_target
-from .schema import Schema
 from .sft import train_sft
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld, world_text
@@ -51,16 +51,7 @@ def tiny_think(columns: Iterable[str]) -> str:
     return f"Tables: {', '.join(tables)}."
 
 
-def load_schemas(db_paths: Mapping[str, str | Path], n_values: int, max_chars: int) -> dict[str, Schema]:
-    """One Schema per database from SQLite, with BIRD-style descriptions when the folder has them (§2)."""
-    out = {}
-    for db_id, path in sorted(db_paths.items()):
-        path = Path(path)
-        out[db_id] = Schema.from_sqlite(path, path.parent / "database_description", n_values, max_chars)
-    return out
-
-
-def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Schema], style: str = "tiny",
+def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str = "tiny",
                  ) -> tuple[list[dict[str, Any]], int]:
     """Retriever and generator SFT samples from gold SQL (two per question); also the number skipped.
 
@@ -112,7 +103,10 @@ def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
     """The tiny world's SynSQL-format training pool as Example records (capped by data.max_train_examples)."""
     from .datasets import load_synsql
 
-    examples = list(load_synsql(world.train_json, world.train_db_root))
+    loaded = load_synsql(world.train_json, world.train_db_root)
+    if loaded.skipped:
+        print(f"[tinybase] skipped {len(loaded.skipped)} malformed pool records, first: {loaded.skipped[:3]}")
+    examples = list(loaded)
     return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
 
 
@@ -130,8 +124,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     pool = load_train_pool(cfg, world)
-    schemas = load_schemas({ex.db_id: ex.db_path for ex in pool}, cfg.data.n_example_values,
-                           cfg.data.example_max_chars)
+    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
     samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style)
     # Tokenizer text: every value, question and SQL of the world, plus rendered prompts so that the
     # schema and instruction words (CREATE TABLE, example, INTEGER...) become single tokens.
@@ -146,7 +139,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
-                       seed=cfg.seed)
+                       seed=cfg.seed, group_by_length=True)
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,

