@@ -350,12 +350,13 @@ class JointGRPO:
             bar.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
-        if self.acc.is_main_process:
-            self.unwrapped.save_pretrained(self.out / "final")
-            self.tokenizer.save_pretrained(self.out / "final")
-            self.pool.save(self.out / "final" / "pool.json")
+        final = self.out / "final"
+        if self.state.step >= self.total_steps and self.acc.is_main_process:
+            self.unwrapped.save_pretrained(final)
+            self.tokenizer.save_pretrained(final)
+            self.pool.save(final / "pool.json")
         self.acc.wait_for_everyone()
-        return self.out / "final"
+        return final
 
 
 # ---------------------------------------------------------------------------------------------
@@ -439,6 +440,16 @@ def _truncate_log(path: Path, step: int) -> None:
     path.write_text("".join(ln + "\n" for ln in keep))
 
 
+# The ablations of §6, as config overrides of the full method
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "no_pcgrad": {"grpo.pcgrad": "none"},  # "w/o PCGrad": plain sum of the two gradients
+    "no_schedule": {"grpo.gen_schedule_ratio": 0.0},  # "w/o schedule": w_gen = 1 from step 1
+    "static_gold": {"grpo.pool_init": "static_gold"},  # retriever target = gold SQL's column set, never updated
+    "dense_reward": {"grpo.retriever_reward": "dense"},  # coverage-minus-noise retriever reward
+}
+
+
 # ---------------------------------------------------------------------------------------------
 # Entry point: `accelerate launch -m acesql_lib.grpo --config configs/<profile>.yaml`
 
@@ -454,6 +465,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     reference = load_reference(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     pool = ColumnSetPool.load(paths.distill / "pool.json", mode=cfg.grpo.pool_init)
+    pool.gamma = cfg.grpo.gamma  # the decay is an RL setting, whatever the file was written with
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
     style = "tiny" if cfg.profile == "tiny" else "paper"
     trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, paths.grpo_run(variant),
@@ -467,13 +479,13 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description="Joint two-role GRPO (spec §4).")
     ap.add_argument("--config", default="tiny", help="profile name or YAML path")
-    ap.add_argument("--variant", default="full", help="run name under runs/<profile>/grpo/")
+    ap.add_argument("--variant", default="full", choices=sorted(ABLATIONS), help="run name under runs/<profile>/grpo/")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     ap.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a resumable pause)")
     args = ap.parse_args(argv)
     import yaml
 
-    overrides = {k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}
+    overrides = {**ABLATIONS[args.variant], **{k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}}
     ctx = RunContext.create(args.config, overrides)
     trainer = build_trainer(ctx.cfg, ctx.paths, args.variant)
     trainer.train(stop_after=args.stop_after)

@@ -378,7 +378,7 @@ def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> 
     for e in entries:
         m = _variant_metrics(inputs, e["variant"], ps)
         prf = NOT_REPORTED if m is None else " / ".join(
-            _fmt(_share_pct(m.get(k)), "?") for k in ("col_precision", "col_recall", "col_exact"))
+            _fmt(_share_pct(m.get(k)), "?") for k in ("column_precision", "column_recall", "column_exact_match"))
         paper_ex = _fmt(e.get("bird_dev"), "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
         rows.append([e["label"], dataset_label(ps, cfg), paper_ex, _fmt((m or {}).get("ex"), nr),
                      _fmt(e.get("generator_ability")), _fmt((m or {}).get("generator_ability"), nr),
@@ -589,9 +589,9 @@ def _pass_rate_hist(distill: dict[str, Any] | None) -> dict[int, float]:
 
 def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
-    _plot_curves(axes[0], logs, "pool/sets_per_question", cfg.profile, "(a) distinct column sets per question", "sets")
+    _plot_curves(axes[0], logs, "pool/sets_per_question_mean", cfg.profile, "(a) distinct column sets per question", "sets")
     _legend(axes[0])
-    _plot_curves(axes[1], logs, "pool/targets_differ_from_gold", cfg.profile, "(b) pool targets vs gold", "%",
+    _plot_curves(axes[1], logs, "pool/target_differs_from_gold_share", cfg.profile, "(b) pool targets vs gold", "%",
                  scale=100.0, label_suffix=": target ≠ gold set")
     _plot_curves(axes[1], logs, "route/alt_share", cfg.profile, "(b) pool targets vs gold", "%", scale=100.0,
                  style="--", label_suffix=": correct rollouts on alt. route")

