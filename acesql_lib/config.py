@@ -192,6 +192,7 @@ class GRPOConfig:
     clip_eps: float = 0.2  # §4 step 8
     dual_clip: float = 3.0  # §4 step 8
     kl_coef: float = 0.001  # §4 step 8, k3 estimator
+    reference_model: str = ""  # §4 step 8: "" = the frozen SFT checkpoint; a folder to use another reference
     gen_schedule_ratio: float = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
     pcgrad: str = "symmetric"  # §4 step 10; "generator_dominant", "norm_equalised", "none", "global"
     max_grad_norm: float = 1.0  # §4 step 10

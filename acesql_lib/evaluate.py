@@ -32,7 +32,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .config import Config, EvalSet
-from .engines import Completion, Engine, HFEngine
+from .engines import Completion, Engine, HFEngine, make_engine
 from .executor import score_batch, write_bird_predictions
 from .paths import Paths
 from .prompts import parse_generator, parse_retriever
@@ -255,15 +255,6 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
 
 
-def _engine_for(cfg: Config, model: Any, tokenizer: Any, model_path: str | Path) -> Engine:
-    from . import engines
-
-    make = getattr(engines, "make_engine", None)
-    if make is None or cfg.engine.kind == "hf":
-        return HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
-    return make(cfg.engine, model=model, tokenizer=tokenizer, model_path=str(model_path))
-
-
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
                  progress: bool = True) -> EvalResult:
     """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>."""
@@ -277,7 +268,7 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     examples, schemas = load_eval_set(cfg, eval_set)
     model, tokenizer = load_policy(model_path, cfg.model.dtype, cfg.model.device)
     model.eval()
-    engine = _engine_for(cfg, model, tokenizer, model_path)
+    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
         return evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage,

@@ -157,6 +157,8 @@ class JointGRPO:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()
         self._stop_requested = False
+        self.record_grads = False  # keep a copy of the final combined gradient of each step (inspection, tests)
+        self.last_grads: list[torch.Tensor] = []
 
     # -- data cursor: a seeded permutation per epoch, so resuming needs only (epoch, position) --
     def _next_questions(self) -> list[int]:
@@ -175,17 +177,26 @@ class JointGRPO:
         return self.acc.unwrap_model(self.model)
 
     def step(self) -> StepReport:
-        g, step = self.g, self.state.step + 1
+        """One GRPO step: rollouts on this rank's share of the batch, then the update."""
         t0 = time.perf_counter()
-        tasks = [self.tasks[i] for i in self._next_questions()]
+        rolls = self.collect()
+        return self.update(rolls, t0)
 
-        # -- 1-4. rollouts: retriever samples, vote, generator samples on the voted schema, execution
+    def collect(self) -> list[QuestionRollout]:
+        """§4 steps 1-4: retriever samples, vote, generator samples on the voted schema, execution."""
+        g, step = self.g, self.state.step + 1
+        tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
-        rolls = rollout(tasks, self.engine, self.tokenizer, n_retriever=g.n_retriever, n_generator=g.n_generator,
-                        temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_response_tokens,
-                        vote_mode=g.vote, vote_threshold=g.vote_threshold, style=self.style,
-                        enable_thinking=self.cfg.engine.enable_thinking, compare_mode=g.compare_mode,
-                        timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index)
+        return rollout(tasks, self.engine, self.tokenizer, n_retriever=g.n_retriever, n_generator=g.n_generator,
+                       temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_response_tokens,
+                       vote_mode=g.vote, vote_threshold=g.vote_threshold, style=self.style,
+                       enable_thinking=self.cfg.engine.enable_thinking, compare_mode=g.compare_mode,
+                       timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index)
+
+    def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
+        """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
+        g, step = self.g, self.state.step + 1
+        t0 = time.perf_counter() if t0 is None else t0
         t_rollout = time.perf_counter() - t0
 
         # -- 5. pool: decay and read targets BEFORE adding this step's matches; every rank applies all updates
@@ -224,6 +235,9 @@ class JointGRPO:
                                 f"saved in {self.out}; lower grpo.learning_rate or check the data")
         pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded())
         grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
+        if self.record_grads:
+            self.last_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                               for p in self.params]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -462,7 +476,8 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     from .models import load_policy, load_reference
 
     policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
-    reference = load_reference(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
+    ref_path = cfg.grpo.reference_model or str(paths.sft_model)
+    reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     pool = ColumnSetPool.load(paths.distill / "pool.json", mode=cfg.grpo.pool_init)
     pool.gamma = cfg.grpo.gamma  # the decay is an RL setting, whatever the file was written with

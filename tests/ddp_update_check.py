@@ -1,0 +1,45 @@
+"""Run by test_grpo.py: the same global batch of rollouts updated by one process, then by two
+(`accelerate launch`, gloo). Saves parameters and combined gradients for the test to compare."""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rl_fixture import rl_overrides  # noqa: E402
+
+from acesql_lib.context import RunContext  # noqa: E402
+from acesql_lib.grpo import build_trainer  # noqa: E402
+
+
+def main(mode: str) -> None:
+    run = Path(os.environ["ACESQL_RUN"])
+    # w_gen = 1 from the first step, so both role gradients and PCGrad take part
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.gen_schedule_ratio": 0.0}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    trainer.record_grads = True
+    names = [n for n, p in trainer.unwrapped.named_parameters() if p.requires_grad]
+    if mode == "collect-and-single":
+        before = {n: p.detach().clone() for n, p in trainer.unwrapped.named_parameters()}
+        rolls = trainer.collect()
+        (run / "rolls.pkl").write_bytes(pickle.dumps(rolls))
+        trainer.update(rolls)
+        after = {n: p.detach().clone() for n, p in trainer.unwrapped.named_parameters()}
+        torch.save({"before": before, "after": after, "grads": dict(zip(names, trainer.last_grads))},
+                   run / "single.pt")
+    else:
+        rolls = pickle.loads((run / "rolls.pkl").read_bytes())
+        acc = trainer.acc
+        trainer.update(rolls[acc.process_index::acc.num_processes])  # the rank's share, as collect() takes it
+        if acc.is_main_process:
+            after = {n: p.detach().clone() for n, p in trainer.unwrapped.named_parameters()}
+            torch.save({"after": after, "grads": dict(zip(names, trainer.last_grads))}, run / "distributed.pt")
+        acc.wait_for_everyone()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

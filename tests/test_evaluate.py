@@ -1,0 +1,189 @@
+"""Two-pass evaluation (§5): metric arithmetic on fixed records, and whole runs over a real SQLite
+database with a tiny model (random, and one trained to answer the three questions)."""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from acesql_lib.config import EvalSet, load_config
+from acesql_lib.datasets import load_bird, schemas_for
+from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_set, ex_by_difficulty, generator_ability,
+                                 retrieval_metrics, summarize, token_metrics)
+from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions
+from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
+from acesql_lib.paths import Paths
+from acesql_lib.prompts import generator_messages, generator_target, retriever_messages, retriever_target
+from acesql_lib.sft import train_sft
+from acesql_lib.config import SFTConfig
+from acesql_lib.sqlcolumns import column_set
+
+
+def _record(correct, difficulty="simple", retrieved=(), gold=(), pred=(), gold_schema_correct=None, r_tok=10,
+            g_tok=20):
+    return {"correct": correct, "difficulty": difficulty, "retrieved_columns": list(retrieved),
+            "gold_columns": None if gold is None else list(gold), "pred_columns": None if pred is None else list(pred),
+            "gold_schema_correct": gold_schema_correct, "retriever_tokens": r_tok, "generator_tokens": g_tok,
+            "retriever_well_formed": True, "generator_well_formed": correct, "retriever_truncated": False,
+            "generator_truncated": False}
+
+
+RECORDS = [
+    # correct, same route as gold, retriever exact
+    _record(True, "simple", ["a.x", "a.y"], ["a.x", "a.y"], ["a.x", "a.y"], True, 10, 30),
+    # correct on an alternative route; retriever covers gold plus one extra
+    _record(True, "moderate", ["a.x", "a.y", "b.z"], ["a.x", "a.y"], ["b.z"], True, 20, 40),
+    # wrong; retriever misses one of two gold columns
+    _record(False, "moderate", ["a.x"], ["a.x", "a.y"], ["a.x"], False, 30, 50),
+    # wrong; gold column set unresolvable (excluded from retrieval and generator ability)
+    _record(False, "challenging", ["a.x"], None, None, None, 40, 60),
+    # correct, but the prediction's column set does not resolve; empty retrieval
+    _record(True, "challenging", [], ["A.X"], None, False, 50, 70),
+]
+
+
+def test_ex_overall_and_per_difficulty():
+    table = ex_by_difficulty(RECORDS)
+    assert table["overall"] == {"ex": 60.0, "n": 5}
+    assert table["simple"] == {"ex": 100.0, "n": 1}
+    assert table["moderate"] == {"ex": 50.0, "n": 2}
+    assert table["challenging"] == {"ex": 50.0, "n": 2}
+    assert list(table) == ["overall", "simple", "moderate", "challenging"]
+
+
+def test_retrieval_metrics_by_hand():
+    m = retrieval_metrics(RECORDS)
+    assert m["n"] == 4  # the unresolvable gold set is left out
+    # coverage: yes, yes, no, no (empty retrieval vs {a.x}; case-insensitive compare)
+    assert m["retriever_ability"] == pytest.approx(50.0)
+    assert m["column_precision"] == pytest.approx(100 * (1 + 2 / 3 + 1 + 0) / 4)
+    assert m["column_recall"] == pytest.approx(100 * (1 + 1 + 0.5 + 0) / 4)
+    assert m["column_exact_match"] == pytest.approx(25.0)
+    assert retrieval_metrics([])["retriever_ability"] is None
+
+
+def test_generator_ability_tokens_and_alt_routes():
+    gen = generator_ability(RECORDS)
+    assert gen == {"generator_ability": pytest.approx(100 * 2 / 4), "n": 4}
+    tok = token_metrics(RECORDS)
+    assert tok["retriever_tokens"] == 30 and tok["generator_tokens"] == 50 and tok["tokens_per_question"] == 80
+    alt = alt_route_metrics(RECORDS)
+    # 3 correct; one has no resolvable prediction set; of the 2 resolved, 1 is on another route
+    assert alt["alt_route_n_correct"] == 3 and alt["alt_route_n_unresolved"] == 1
+    assert alt["alt_route_share"] == pytest.approx(50.0)
+    assert alt_route_metrics([_record(False, gold=["a.x"], pred=["a.x"])])["alt_route_share"] is None
+    summary = summarize(RECORDS)
+    assert summary["ex"] == 60.0 and summary["generator_ability_n"] == 4 and summary["retriever_n"] == 4
+    assert summary["generator_well_formed"] == 60.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole runs on a real database
+
+QUESTIONS = [
+    ("How many singers are older than 30?", "SELECT count(*) FROM singer WHERE age > 30", "simple"),
+    ("List the names of singers from France.", "SELECT name FROM singer WHERE country = 'France'", "moderate"),
+    ("What is the name of the concert held in 2014?", "SELECT concert_name FROM concert WHERE year = 2014",
+     "challenging"),
+]
+
+
+@pytest.fixture(scope="module")
+def bird_dir(tmp_path_factory) -> Path:
+    """A BIRD-layout dev set: dev.json + dev_databases/concerts/concerts.sqlite."""
+    root = tmp_path_factory.mktemp("bird")
+    db = root / "dev_databases" / "concerts" / "concerts.sqlite"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript("""
+        CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
+        CREATE TABLE concert (concert_id INTEGER PRIMARY KEY, concert_name TEXT, year INTEGER,
+                              singer_id INTEGER REFERENCES singer(singer_id));
+        INSERT INTO singer VALUES (1, 'Joe', 'France', 52), (2, 'Ann', 'Peru', 25), (3, 'Li', 'France', 33);
+        INSERT INTO concert VALUES (1, 'Spring Gala', 2014, 1), (2, 'Autumn Night', 2015, 3);
+    """)
+    conn.commit()
+    conn.close()
+    records = [{"question_id": i, "db_id": "concerts", "question": q, "evidence": "", "SQL": sql, "difficulty": d}
+               for i, (q, sql, d) in enumerate(QUESTIONS)]
+    (root / "dev.json").write_text(json.dumps(records))
+    return root
+
+
+def _cfg():
+    return load_config("tiny", {"eval.max_new_tokens": 48, "engine.hf_batch_size": 8, "eval.workers": 1})
+
+
+def _tokenizer(texts):
+    return train_tiny_tokenizer(texts * 3, vocab_size=400)
+
+
+def _samples(examples, schemas):
+    out = []
+    for ex in examples:
+        schema = schemas[ex.db_id]
+        cols = column_set(ex.sql, schema)
+        out.append({"prompt": retriever_messages(schema.to_ddl(), ex.question, style="tiny"),
+                    "completion": [{"role": "assistant", "content": retriever_target(cols, "Tables: t.")}]})
+        out.append({"prompt": generator_messages(schema.to_ddl(cols), ex.question, style="tiny"),
+                    "completion": [{"role": "assistant", "content": generator_target(ex.sql, "Tables: t.")}]})
+    return out
+
+
+def test_random_model_end_to_end_writes_official_files_and_counts_tokens(bird_dir, tmp_path):
+    cfg = _cfg()
+    examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
+    schemas = schemas_for(examples)
+    tok = _tokenizer([q for q, _, _ in QUESTIONS] + [s for _, s, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                             max_position=1024, seed=0)
+    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="random", out_dir=tmp_path,
+                      set_name="dev", progress=False)
+    lines = (tmp_path / "predictions.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+    rec = json.loads(lines[0])
+    for key in ("id", "db_id", "retrieved_columns", "pred_sql", "correct", "retriever_tokens", "generator_tokens",
+                "gold_columns", "pred_columns", "alt_route"):
+        assert key in rec
+    assert rec["gold_columns"] == ["singer.age"]
+    raw = json.loads((tmp_path / "predict_dev.json").read_text())
+    assert sorted(raw) == ["0", "1", "2"] and all(v.endswith(f"{BIRD_SEPARATOR}concerts") for v in raw.values())
+    assert len(read_bird_predictions(tmp_path / "predict_dev.json")) == 3
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["n"] == 3 and metrics["stage"] == "random" and metrics["mode"] == "set"
+    # Tokens: every generation counted, none longer than the budget, sum per question reported.
+    for r in result.records:
+        assert 1 <= r["retriever_tokens"] <= 48 and 1 <= r["generator_tokens"] <= 48
+    assert metrics["tokens_per_question"] == pytest.approx(
+        sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records) / 3)
+    assert metrics["generator_ability_n"] == 3  # the gold-schema pass ran for every question
+
+
+def test_trained_model_answers_through_evaluate_set(bird_dir, tmp_path):
+    """A tiny model trained on the three gold outputs gets them right through the whole stack."""
+    cfg = _cfg()
+    examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
+    schemas = schemas_for(examples)
+    samples = _samples(examples, schemas)
+    tok = _tokenizer([m["content"] for s in samples for m in s["prompt"] + s["completion"]])
+    model = build_tiny_model(tok, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=128,
+                             max_position=1024, seed=0)
+    sft = SFTConfig(learning_rate=1e-2, warmup_ratio=0.0, per_device_batch_size=6, gradient_accumulation_steps=1,
+                    max_length=1024, bf16=False, gradient_checkpointing=False, logging_steps=10, save_steps=0)
+    train_sft(model, tok, samples, sft, tmp_path / "sft", max_steps=60, seed=0)
+    save_tiny(model, tok, tmp_path / "model")
+    eval_set = EvalSet("mini", "bird", str(bird_dir / "dev.json"), "", str(bird_dir / "dev_databases"))
+    paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
+    result = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="trained", progress=False)
+    assert result.out_dir == tmp_path / "run" / "eval" / "trained" / "mini"
+    assert (result.out_dir / "predict_mini.json").exists()
+    m = result.metrics
+    assert m["ex"] == pytest.approx(100.0), result.records
+    assert m["retriever_ability"] == pytest.approx(100.0) and m["column_exact_match"] == pytest.approx(100.0)
+    assert m["generator_ability"] == pytest.approx(100.0)
+    assert m["alt_route_share"] == pytest.approx(0.0)
+    assert m["ex_by_difficulty"]["challenging"] == {"ex": 100.0, "n": 1}
+    assert not math.isnan(m["tokens_per_question"]) and m["tokens_per_question"] > 10

@@ -1,0 +1,146 @@
+"""The joint GRPO loop end to end on a real tiny policy: a step, exact resume after a kill, SIGTERM,
+non-finite loss, and the 2-process (gloo) update equal to the single-process one."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from acesql_lib.context import RunContext
+from acesql_lib.grpo import NonFiniteLoss, build_trainer
+
+from rl_fixture import build_rl_run, rl_overrides
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    return build_rl_run(tmp_path_factory.mktemp("rl"))
+
+
+def fresh_run(template: Path, tmp_path: Path, name: str) -> Path:
+    run = tmp_path / name
+    shutil.copytree(template, run)
+    return run
+
+
+def cli(run: Path, *extra: str) -> list[str]:
+    sets = [f"{k}={v}" for k, v in rl_overrides(run).items()] + list(extra)
+    return [sys.executable, "-m", "acesql_lib.grpo", "--config", "tiny", "--set", *sets]
+
+
+def params_of(folder: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def test_one_step_logs_trl_metrics_and_moves_parameters(template, tmp_path):
+    run = fresh_run(template, tmp_path, "a")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    before = {k: v.detach().clone() for k, v in trainer.unwrapped.named_parameters()}
+    reports = []
+    trainer.train(on_step=reports.append)
+    m = reports[-1].metrics
+    for key in ("reward/retriever", "reward/generator", "reward_std/generator", "frac_reward_zero_std/retriever",
+                "completion_length/retriever", "kl/generator", "w_gen", "pcgrad/conflict_ratio", "pcgrad/cosine",
+                "grad_norm", "pool/sets_per_question_mean", "route/alt_share", "exec/match_rate"):
+        assert key in m, key
+    assert reports[0].metrics["w_gen"] == 0.0  # §4 step 9: no generator gradient at step 1
+    changed = [k for k, v in trainer.unwrapped.named_parameters() if not torch.equal(v, before[k])]
+    assert len(changed) == len(before), "every parameter should move"
+    lines = (run / "grpo" / "full" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+    assert (run / "grpo" / "full" / "final" / "pool.json").exists()
+    r = reports[-1].rewards
+    assert r["generator"].shape == (4, 4) and r["retriever"].shape == (4, 4)
+
+
+def test_kill_after_checkpoint_and_resume_equals_straight_run(template, tmp_path):
+    straight = fresh_run(template, tmp_path, "straight")
+    subprocess.run(cli(straight), cwd=REPO, check=True, capture_output=True, timeout=600)
+
+    resumed = fresh_run(template, tmp_path, "resumed")
+    proc = subprocess.Popen(cli(resumed), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = resumed / "grpo" / "full" / "checkpoint-2" / "COMPLETE"
+    deadline = time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "no checkpoint-2 before the kill"
+    proc.send_signal(signal.SIGKILL)  # a crash: no handler runs
+    proc.wait()
+    subprocess.run(cli(resumed), cwd=REPO, check=True, capture_output=True, timeout=600)
+
+    a, b = straight / "grpo" / "full", resumed / "grpo" / "full"
+    pa, pb = params_of(a / "final"), params_of(b / "final")
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.allclose(pa[k], pb[k], atol=1e-5), k
+    assert json.loads((a / "final" / "pool.json").read_text()) == json.loads((b / "final" / "pool.json").read_text())
+    steps = [json.loads(x)["step"] for x in (b / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]  # the log holds each step once, whatever was redone
+
+
+def test_sigterm_writes_a_checkpoint_and_exits(template, tmp_path):
+    run = fresh_run(template, tmp_path, "term")
+    proc = subprocess.Popen(cli(run, "grpo.save_every=100"), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    log = run / "grpo" / "full" / "metrics.jsonl"
+    deadline = time.time() + 300
+    while not (log.exists() and log.read_text().strip()) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0 and b"SIGTERM" in err
+    done = [p.name for p in (run / "grpo" / "full").glob("checkpoint-*") if (p / "COMPLETE").exists()]
+    assert done, "SIGTERM must leave a checkpoint"
+    step = int(sorted(done)[-1].split("-")[1])
+    state = json.loads((run / "grpo" / "full" / f"checkpoint-{step}" / "state.json").read_text())
+    assert state["step"] == step >= 1
+
+
+def test_non_finite_loss_stops_with_a_message_after_saving(template, tmp_path):
+    run = fresh_run(template, tmp_path, "nan")
+    ctx = RunContext.create("tiny", rl_overrides(run))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    with torch.no_grad():
+        next(trainer.unwrapped.parameters()).fill_(float("nan"))
+    with pytest.raises(NonFiniteLoss, match="non-finite loss"):
+        trainer.train()
+    assert (run / "grpo" / "full" / "checkpoint-0" / "COMPLETE").exists()
+
+
+def test_two_processes_make_the_single_process_update(template, tmp_path):
+    """accelerate launch, 2 CPU processes (gloo), each with half of one global batch of rollouts."""
+    run = fresh_run(template, tmp_path, "ddp")
+    script = Path(__file__).with_name("ddp_update_check.py")
+    env = {**os.environ, "ACESQL_RUN": str(run)}
+    single = subprocess.run([sys.executable, str(script), "collect-and-single"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert single.returncode == 0, single.stderr[-3000:]
+    launch = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                             str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), str(script), "distributed"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    one, two = torch.load(run / "single.pt"), torch.load(run / "distributed.pt")
+    assert one["grads"].keys() == two["grads"].keys()
+    for k, g in one["grads"].items():  # the combined (PCGrad, clipped) gradient of the global batch
+        assert torch.allclose(g, two["grads"][k], rtol=1e-4, atol=1e-7), k
+    assert sum(float(g.abs().sum()) > 0 for g in one["grads"].values()) > 0
+    moved = 0
+    for k in one["after"]:
+        assert torch.allclose(one["after"][k], two["after"][k], atol=1e-4), k
+        moved += not torch.equal(one["after"][k], one["before"][k])
+    assert moved > 0
