@@ -115,8 +115,8 @@ def test_non_finite_loss_stops_with_a_message_after_saving(template, tmp_path):
     run = fresh_run(template, tmp_path, "nan")
     ctx = RunContext.create("tiny", rl_overrides(run))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
-    with torch.no_grad():
-        next(trainer.unwrapped.parameters()).fill_(float("nan"))
+    with torch.no_grad():  # a broken reference: sampling still works, the KL term (and the loss) is NaN
+        next(trainer.reference.parameters()).fill_(float("nan"))
     with pytest.raises(NonFiniteLoss, match="non-finite loss"):
         trainer.train()
     assert (run / "grpo" / "full" / "checkpoint-0" / "COMPLETE").exists()
