@@ -172,6 +172,16 @@ def prompt_lengths(tokenizer: Any, samples: Sequence[Mapping[str, Any]]) -> dict
     return out
 
 
+def ensure_base_model(cfg: Config, paths: Paths) -> str:
+    """The profile's base model: built offline here for the tiny profile, a hub id or folder otherwise."""
+    if not cfg.model.build_tiny:
+        return cfg.model.base_model
+    from .tinyworld import build_tinyworld
+
+    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    return str(build_tiny_base(cfg, paths, world))
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     from .context import RunContext
     from .tinyworld import build_tinyworld
