@@ -39,7 +39,7 @@ class SFTResult:
     steps: int  # optimizer steps taken
     seconds: float  # wall time of `trainer.train()`
     n_samples: int = 0
-    n_too_long: int = 0  # samples longer than max_length (truncated by TRL; reported, not silently)
+    n_too_long: int = 0  # samples cut at max_length or dropped by TRL (reported, not silent)
     evals: list[dict[str, Any]] = field(default_factory=list)  # what eval_fn returned, with the step
     model: Any = field(default=None, repr=False)  # the trained model (PEFT-wrapped under LoRA)
 
@@ -178,9 +178,12 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
     evals: list[dict[str, Any]] = []
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          callbacks=[_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)])
-    n_too_long = sum(len(ids) > cfg.max_length for ids in trainer.train_dataset["input_ids"]) if cfg.max_length else 0
+    # TRL has already cut sequences to max_length (and dropped any left with no completion token),
+    # so a sequence at exactly the cutoff is counted as cut.
+    kept = trainer.train_dataset["input_ids"]
+    n_too_long = sum(len(ids) >= cfg.max_length for ids in kept) + (len(rows) - len(kept)) if cfg.max_length else 0
     if n_too_long:
-        print(f"[sft] {n_too_long} of {len(rows)} samples exceed max_length={cfg.max_length} and were truncated")
+        print(f"[sft] {n_too_long} of {len(rows)} samples reach max_length={cfg.max_length}: truncated or dropped")
     start = time.perf_counter()
     out = trainer.train()
     seconds = time.perf_counter() - start

@@ -10,9 +10,9 @@ loss, CPU settings) on gold outputs of BOTH roles from the tiny world's training
 - retriever: full schema + question -> think + the gold SQL's column set (`column_set`);
 - generator: schema pruned to that column set + question -> think + the gold SQL.
 
-Think text (kit's choice; the tiny world has no reasoning traces): one templated sentence naming
-the tables the answer uses, "Tables: a, b." for both roles. It keeps the `<think>` format of §2
-without spending CPU time on long rationales.
+Think text (kit's choice; the tiny world has no reasoning traces): one templated sentence that
+names the role and the tables the answer uses, "Columns of a, b." (retriever) and "Query over a, b."
+(generator). It keeps the `<think>` format of §2 without spending CPU time on long rationales.
 
 The strength of the base model is controlled by `model.tiny_base_steps` (optimizer steps, never
 wall time), so a seed gives the same model on any machine. The folder gets a manifest (seed,
@@ -42,13 +42,20 @@ from .tinyworld import TinyWorld, world_text
 
 MANIFEST = "tiny_base_manifest.json"
 TOKENIZER_PROMPT_SAMPLES = 400  # rendered prompts added to the tokenizer's text, so DDL words become single tokens
-KIT_VERSION = 1  # bump when the recipe below changes in a way the config hash cannot see
+KIT_VERSION = 2  # bump when the recipe below changes in a way the config hash cannot see
 
 
-def tiny_think(columns: Iterable[str]) -> str:
-    """The templated think text of the tiny targets: the tables the answer reads, in order."""
-    tables = sorted({c.split(".", 1)[0] for c in columns})
-    return f"Tables: {', '.join(tables)}."
+def tiny_think(columns: Iterable[str], role: str) -> str:
+    """The templated think text of the tiny targets: the role, then the tables the answer reads.
+
+    The first word differs per role ("Columns" / "Query"), so the first generated token commits to
+    the right output format next to the prompt's end, which a 2-layer model finds far easier than
+    recalling the task line hundreds of tokens back.
+    """
+    if role not in ("retriever", "generator"):
+        raise ValueError(f"role must be 'retriever' or 'generator', got {role!r}")
+    tables = ", ".join(sorted({c.split(".", 1)[0] for c in columns}))
+    return f"Columns of {tables}." if role == "retriever" else f"Query over {tables}."
 
 
 def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str = "tiny",
@@ -65,11 +72,12 @@ def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str
         except ColumnResolutionError:
             skipped += 1
             continue
-        think = tiny_think(columns)
         samples.append({"prompt": retriever_messages(schema.to_ddl(), ex.question, ex.evidence, style=style),
-                        "completion": [{"role": "assistant", "content": retriever_target(columns, think)}]})
+                        "completion": [{"role": "assistant",
+                                        "content": retriever_target(columns, tiny_think(columns, "retriever"))}]})
         samples.append({"prompt": generator_messages(schema.to_ddl(columns), ex.question, ex.evidence, style=style),
-                        "completion": [{"role": "assistant", "content": generator_target(ex.sql, think)}]})
+                        "completion": [{"role": "assistant",
+                                        "content": generator_target(ex.sql, tiny_think(columns, "generator"))}]})
     return samples, skipped
 
 

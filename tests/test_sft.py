@@ -109,3 +109,44 @@ def test_malformed_samples_are_reported_and_skipped(capsys):
     assert "skipped 2" in out and "sample 2" in out and "'prompt'" in out
     with pytest.raises(ValueError, match="no usable SFT samples"):
         check_samples(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# The tiny base model's recipe (the build itself is the slow test below)
+
+
+def test_tiny_gold_samples_cover_both_roles(tmp_path):
+    import sqlite3
+
+    from acesql_lib.config import load_config
+    from acesql_lib.datasets import Example
+    from acesql_lib.schema import Schema
+    from acesql_lib.tinybase import base_settings, gold_samples, settings_hash, tiny_think
+    from acesql_lib.tinyworld import TinyWorld
+
+    db = tmp_path / "club.sqlite"
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE member (id INTEGER PRIMARY KEY, name TEXT, age INTEGER);"
+                       "CREATE TABLE fee (id INTEGER PRIMARY KEY, member_id INTEGER REFERENCES member(id), amount REAL);"
+                       "INSERT INTO member VALUES (1, 'Ana', 31); INSERT INTO fee VALUES (1, 1, 9.5);")
+    conn.close()
+    schema = Schema.from_sqlite(db)
+    ok = Example("0", "club", "Fees of members older than 30?", "", "SELECT sum(amount) FROM fee JOIN member ON "
+                 "fee.member_id = member.id WHERE member.age > 30", "Moderate", "", "synsql", str(db))
+    broken = Example("1", "club", "?", "", "SELECT nickname FROM member", "Simple", "", "synsql", str(db))
+    samples, skipped = gold_samples([ok, broken], {"club": schema})
+    assert skipped == 1 and len(samples) == 2
+    retriever, generator = samples
+    assert schema.to_ddl() in retriever["prompt"][0]["content"]
+    assert retriever["completion"][0]["content"] == (
+        "<think>\nColumns of fee, member.\n</think>\n\n```\n[fee.amount, fee.member_id, member.age, member.id]\n```")
+    assert "name TEXT" not in generator["prompt"][0]["content"]  # pruned to the gold column set
+    assert generator["completion"][0]["content"] == f"<think>\nQuery over fee, member.\n</think>\n\n```sql\n{ok.sql}\n```"
+    assert tiny_think(["b.x", "a.y", "a.z"], "generator") == "Query over a, b."
+    with pytest.raises(ValueError, match="role"):
+        tiny_think(["a.x"], "judge")
+    # Reuse is keyed on every setting that shapes the model: the step count changes the key.
+    world = TinyWorld(tmp_path / "no_world")
+    a, b = load_config("tiny"), load_config("tiny", {"model.tiny_base_steps": 7})
+    assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(load_config("tiny"), world))
+    assert settings_hash(base_settings(a, world)) != settings_hash(base_settings(b, world))

@@ -1,0 +1,47 @@
+"""The whole tiny pipeline, notebooks 00-07, headless through the runner (what `make reproduce`
+does), at smoke size: every expected table and figure must exist and the metrics must be in range."""
+import json
+
+import pytest
+
+from acesql_lib.pipeline import run_pipeline
+from acesql_lib.reports import FIGURES, TABLES
+
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]  # a full learning run: minutes; `pytest -m slow`
+
+# Smaller than configs/tiny.yaml (same code paths): fewer questions, RL steps and eval questions.
+SMOKE = {"filtering.target_size": 96, "distill.n_validation": 4, "distill.shard_size": 48,
+         "grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 40}
+
+
+def test_tiny_pipeline_end_to_end(tmp_path):
+    reports = tmp_path / "reports"
+    runs = run_pipeline("tiny", overrides={"run_dir": str(tmp_path / "run"), "reports_dir": str(reports), **SMOKE},
+                        progress=False)
+    assert [r.name for r in runs] == ["00_data", "01_source_filtering", "02_self_distillation", "03_mixed_sft",
+                                      "04_joint_grpo", "05_evaluation", "06_ablations", "07_tables_and_figures"]
+    assert all(r.status == "ok" for r in runs)
+    for name in TABLES:
+        for ext in ("csv", "md", "tex"):
+            assert (reports / "tables" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+    for name in FIGURES:
+        for ext in ("png", "pdf"):
+            assert (reports / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+
+    m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
+    assert m("01_source_filtering")["kept"] == SMOKE["filtering.target_size"]
+    distill = m("02_self_distillation")
+    assert distill["sft_samples"]["retriever"] == distill["sft_samples"]["generator"] > 0
+    assert 0.0 <= distill["alt_route_share"] <= 1.0
+    sft = m("03_mixed_sft")
+    assert sft["last_loss"] < sft["first_loss"] and 0 <= sft["validation_ex_sft"] <= 100
+    grpo = m("04_joint_grpo")
+    assert grpo["steps"] == SMOKE["grpo.max_steps"] and 0 <= grpo["pool_target_differs_from_gold_share"] <= 1
+    stages = m("05_evaluation")["stages"]
+    assert set(stages) == {"base", "sft", "rl"}
+    for stage in stages.values():
+        res = stage["tiny_dev"]
+        assert res["n"] == SMOKE["eval.max_examples"] and 0 <= res["ex"] <= 100
+        assert res["tokens_per_question"] > 0
+    assert set(m("06_ablations")["variants"]) == {"full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward"}
+    assert m("07_tables_and_figures")["n_artefacts"] >= len(TABLES) * 3 + len(FIGURES) * 2
