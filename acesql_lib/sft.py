@@ -111,7 +111,7 @@ class _JsonlLog(TrainerCallback):
 
 
 def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
-               group_by_length: bool = False):
+               group_by_length: bool = False, completion_only: bool = True):
     """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA.
 
     `group_by_length` batches samples of similar length (less padding; on CPU that is most of the cost).
@@ -130,7 +130,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
         num_train_epochs=cfg.num_epochs,  # §3.3: 2
         max_steps=steps if steps and steps > 0 else -1,
         max_length=cfg.max_length,  # §3.3: 4096-token cutoff
-        completion_only_loss=True,  # loss on the assistant completion only
+        completion_only_loss=completion_only,  # loss on the assistant completion only (§3.3)
         packing=False,  # packing would let prompts attend across samples
         bf16=cfg.bf16 and cuda,  # §3.3 bf16 on GPU; CPU runs in float32
         use_cpu=not cuda,
@@ -151,7 +151,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
 def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
               cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
               eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None, eval_every: int = 0,
-              lora: LoraSpec | None = None, group_by_length: bool = False) -> SFTResult:
+              lora: LoraSpec | None = None, group_by_length: bool = False, completion_only: bool = True) -> SFTResult:
     """Fine-tune `model` on chat prompt/completion `samples`; the log goes to output_dir/sft_log.jsonl.
 
     `max_steps` (or cfg.max_steps > 0) bounds the run by optimizer steps; otherwise cfg.num_epochs.
@@ -160,11 +160,11 @@ def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sample
     which merges adapters). `eval_fn(model) -> metrics` runs every `eval_every` steps and at the end.
     """
     return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora,
-                  group_by_length)[1]
+                  group_by_length, completion_only)[1]
 
 
 def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None,
-           group_by_length=False):
+           group_by_length=False, completion_only=True):
     from datasets import Dataset
     from transformers import set_seed
     from trl import SFTTrainer
@@ -174,7 +174,7 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
     set_seed(seed)
     if lora is not None and not hasattr(model, "peft_config"):
         model = apply_lora(model, lora)
-    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length)
+    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length, completion_only)
     evals: list[dict[str, Any]] = []
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                          callbacks=[_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)])

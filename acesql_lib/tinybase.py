@@ -147,7 +147,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
-                       seed=cfg.seed, group_by_length=True)
+                       seed=cfg.seed, group_by_length=True, completion_only=not m.tiny_base_full_loss)
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,
