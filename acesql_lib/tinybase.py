@@ -42,7 +42,7 @@ from .tinyworld import TinyWorld, world_text
 
 MANIFEST = "tiny_base_manifest.json"
 TOKENIZER_PROMPT_SAMPLES = 400  # rendered prompts added to the tokenizer's text, so DDL words become single tokens
-KIT_VERSION = 2  # bump when the recipe below changes in a way the config hash cannot see
+KIT_VERSION = 3  # bump when the recipe below changes in a way the config hash cannot see
 
 
 def tiny_think(columns: Iterable[str], role: str) -> str:
@@ -104,6 +104,7 @@ def base_sft_config(cfg: Config):
     """The base model's SFT settings: the profile's SFT block with the model.tiny_base_* values."""
     return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
                    gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
+                   lr_scheduler_type="constant", warmup_ratio=0.0,
                    gradient_checkpointing=False, save_steps=0)
 
 
@@ -147,7 +148,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
-                       seed=cfg.seed, group_by_length=True, completion_only=not m.tiny_base_full_loss)
+                       seed=cfg.seed, completion_only=not m.tiny_base_full_loss)
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,
