@@ -8,6 +8,7 @@ override these defaults with the same keys; an unknown key or a value of the wro
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -97,6 +98,9 @@ class ModelConfig:
     tiny_base_steps: int = 150  # SFT steps on gold outputs that make the tiny "base" model (by steps, not wall time)
     tiny_base_batch_size: int = 32
     tiny_base_lr: float = 3e-3
+    tiny_base_scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
+    tiny_base_warmup_ratio: float = 0.05
+    tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
 
     def __post_init__(self) -> None:
@@ -134,7 +138,7 @@ class DistillConfig:
     trace_choice: str = "shortest"  # UNKNOWN (§3.2): one correct trace per question: shortest, first or random
     rl_min_correct: int = 2  # §3.4: RL questions correct 2..14 times out of 16
     rl_max_correct: int = 14
-    n_validation: int = 40  # §3.4: held-out validation pairs
+    n_validation: int = 40  # §3.4: held-out validation pairs (at most half of the eligible questions)
     n_rl_train: int = 2913  # §3.4: RL training pairs (cap)
     shard_size: int = 256  # questions per distillation shard; a killed run loses at most one
     exec_timeout_s: float = 30.0
@@ -369,6 +373,22 @@ def _dotted_to_nested(overrides: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[leaf] = value
     return nested
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """`KEY=VALUE` command-line overrides (values parsed as YAML) -> {dotted key: value}."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. grpo.max_steps=4")
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str) and re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", parsed.strip()):
+            parsed = float(parsed)  # YAML 1.1 reads "2e-6" (no dot) as a string
+        out[key.strip()] = parsed
+    return out
 
 
 def profile_path(profile: str) -> Path:

@@ -11,6 +11,7 @@ shards already on disk, so a killed run loses at most one shard.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import random
 from collections import Counter
@@ -75,12 +76,38 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
     }
 
 
-def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str = "paper", progress: bool = True) -> list[dict[str, Any]]:
-    """Roll out every task in shards under `out_dir/shards/`; finished shards are read, not redone."""
+def shard_settings(cfg: Config, style: str, model_tag: str = "") -> dict[str, Any]:
+    """What shapes a shard's rollouts; shards live in a folder named after its hash."""
     d = cfg.distill
-    shard_dir = Path(out_dir) / "shards"
+    keys = ("n_retriever", "n_generator", "temperature", "top_p", "max_new_tokens", "vote_threshold",
+            "compare_mode", "exec_timeout_s", "shard_size")
+    return {**{k: getattr(d, k) for k in keys}, "seed": cfg.seed, "style": style,
+            "enable_thinking": cfg.engine.enable_thinking, "model": model_tag}
+
+
+def model_tag(path: str | Path) -> str:
+    """A model's identity for shard folders: a hub id as is; a local folder by its config and weights."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return str(path)
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".json", ".safetensors", ".bin", ".jinja") and f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return f"{folder.name}-{h.hexdigest()[:12]}"
+
+
+def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
+                     style: str = "paper", progress: bool = True, model: str = "") -> list[dict[str, Any]]:
+    """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
+    not redone. Other settings or another `model` (see `model_tag`) write a new folder; none is deleted."""
+    d = cfg.distill
+    settings = shard_settings(cfg, style, model)
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    shard_dir = Path(out_dir) / "shards" / digest
     shard_dir.mkdir(parents=True, exist_ok=True)
+    (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
     records: list[dict[str, Any]] = []
     starts = list(range(0, len(tasks), d.shard_size))
     for k, s in enumerate(tqdm(starts, desc="distill shards", disable=not progress)):
@@ -169,11 +196,13 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(target, _retriever_think(rec, target))}]})
     pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
-    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first
+    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
+    # but never more than half of them, so a small run still has questions to train on
     eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
     rng.shuffle(eligible)
-    rl_validation = sorted(eligible[:d.n_validation])
-    rl_train = sorted(eligible[d.n_validation:d.n_validation + d.n_rl_train])
+    n_val = min(d.n_validation, len(eligible) // 2)
+    rl_validation = sorted(eligible[:n_val])
+    rl_train = sorted(eligible[n_val:n_val + d.n_rl_train])
     hist = Counter(pass_counts.values())
     summary = {
         "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,

@@ -498,9 +498,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     ap.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a resumable pause)")
     args = ap.parse_args(argv)
-    import yaml
+    from .config import parse_overrides
 
-    overrides = {**ABLATIONS[args.variant], **{k: yaml.safe_load(v) for k, _, v in (s.partition("=") for s in args.set)}}
+    overrides = {**ABLATIONS[args.variant], **parse_overrides(args.set)}
     ctx = RunContext.create(args.config, overrides)
     trainer = build_trainer(ctx.cfg, ctx.paths, args.variant)
     trainer.train(stop_after=args.stop_after)

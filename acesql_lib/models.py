@@ -155,9 +155,14 @@ def train_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 2048) -> PreTra
 
     tok = Tokenizer(models.BPE())
     # Digits are isolated before the byte-level split, like Qwen's pre-tokenizer, so no merge ever
-    # joins two digits: every number is spelled one digit per token.
+    # joins two digits: every number is spelled one digit per token. The space before a capitalised
+    # word is isolated too, so a value reads the same in the question (" Mexico") and in the SQL
+    # ("'Mexico'"): copying it is then a plain token copy, which a model trained from scratch learns,
+    # instead of a per-value " Mexico" -> "Mexico" mapping it can only memorise (and the tiny dev set's
+    # values never occur in training SQL). All-caps SQL keywords keep their leading space.
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(r"\d"), behavior="isolated"),
+        pre_tokenizers.Split(Regex(r"\s(?=\p{Lu}(?:\p{Ll}|[^\p{L}]|$))"), behavior="isolated"),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
     ])
     tok.decoder = decoders.ByteLevel()

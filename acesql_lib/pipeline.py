@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from .config import REPO_ROOT, load_config
+from .config import REPO_ROOT, ConfigError, load_config, parse_overrides
 from .paths import Paths
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -107,14 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kernel", default="python3")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    import yaml
-
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            ap.error(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key] = yaml.safe_load(value)
+    try:
+        overrides = parse_overrides(args.set)
+    except ConfigError as e:
+        ap.error(str(e))
     os.environ.setdefault("MPLBACKEND", "Agg")
     t0 = time.perf_counter()
     try:

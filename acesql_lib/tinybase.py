@@ -24,7 +24,7 @@ import argparse
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from .tinyworld import TinyWorld, world_text
 
 MANIFEST = "tiny_base_manifest.json"
 TOKENIZER_PROMPT_SAMPLES = 400  # rendered prompts added to the tokenizer's text, so DDL words become single tokens
-KIT_VERSION = 3  # bump when the recipe below changes in a way the config hash cannot see
+KIT_VERSION = 4  # bump when the recipe below changes in a way the config hash cannot see
 
 
 def tiny_think(columns: Iterable[str], role: str) -> str:
@@ -89,7 +89,7 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
     """Everything that shapes the base model; its hash decides whether a saved model is reused."""
     manifest = world.read_manifest() if world.manifest.is_file() else {}
     return {
-        "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(cfg.sft),
+        "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(base_sft_config(cfg)),
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
         "torch": torch.__version__,
@@ -101,11 +101,15 @@ def settings_hash(settings: Mapping[str, Any]) -> str:
 
 
 def base_sft_config(cfg: Config):
-    """The base model's SFT settings: the profile's SFT block with the model.tiny_base_* values."""
+    """The base model's SFT settings: the profile's SFT block with the model.tiny_base_* values.
+
+    Only what shapes the base model is kept from the SFT block (max_length, optimizer details), so a
+    change meant for stage 1's mixed SFT (epochs, logging) does not rebuild the base model.
+    """
     return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
                    gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
-                   lr_scheduler_type="constant", warmup_ratio=0.0,
-                   gradient_checkpointing=False, save_steps=0)
+                   lr_scheduler_type=cfg.model.tiny_base_scheduler, warmup_ratio=cfg.model.tiny_base_warmup_ratio,
+                   gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10)
 
 
 def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
@@ -119,9 +123,14 @@ def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
     return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
 
 
-def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False,
-                    progress: bool = True) -> Path:
-    """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder."""
+def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
+                    eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
+    """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
+
+    `eval_fn(model, tokenizer) -> metrics`, every `eval_every` steps and at the end, traces the
+    base model's strength against steps (benchmarks/tiny_base_calibration.py); the results go to
+    the manifest's "evals".
+    """
     out = Path(paths.base_model)
     settings = base_settings(cfg, world)
     digest = settings_hash(settings)
@@ -148,13 +157,16 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
-                       seed=cfg.seed, completion_only=not m.tiny_base_full_loss)
+                       seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
+                       group_by_length=m.tiny_base_group_by_length,
+                       eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every)
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,
                 "samples": len(samples), "skipped_questions": skipped, "train_loss": result.train_loss,
                 "train_seconds": round(result.seconds, 1), "build_seconds": round(time.perf_counter() - start, 1),
-                "parameters": sum(p.numel() for p in model.parameters()), "token_lengths": lengths}
+                "parameters": sum(p.numel() for p in model.parameters()), "token_lengths": lengths,
+                "evals": result.evals}
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
     if out.exists():
         import shutil
@@ -199,8 +211,11 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--evaluate", action="store_true", help="also run the two-pass greedy evaluation on the dev set")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
-    ctx = RunContext.create(args.profile)
+    from .config import parse_overrides
+
+    ctx = RunContext.create(args.profile, parse_overrides(args.set))
     cfg, paths = ctx.cfg, ctx.paths
     world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
     path = build_tiny_base(cfg, paths, world, force=args.force)

@@ -1,6 +1,6 @@
 import pytest
 
-from acesql_lib.config import Config, ConfigError, GRPOConfig, load_config
+from acesql_lib.config import Config, ConfigError, GRPOConfig, load_config, parse_overrides
 from acesql_lib.paths import Paths
 
 
@@ -78,3 +78,12 @@ def test_nested_eval_sets(tmp_path):
     assert cfg.eval.sets[0].format == "spider"
     with pytest.raises(ConfigError, match="format"):
         load_config(write(tmp_path, "eval:\n  sets:\n    - {name: a, format: csv}\n"))
+
+
+def test_command_line_overrides_parse_as_yaml_and_reach_the_config():
+    over = parse_overrides(["grpo.max_steps=4", "model.lora=true", "run_dir=/tmp/x", "grpo.learning_rate=2e-6"])
+    assert over == {"grpo.max_steps": 4, "model.lora": True, "run_dir": "/tmp/x", "grpo.learning_rate": 2e-6}
+    cfg = load_config("tiny", over)
+    assert cfg.grpo.max_steps == 4 and cfg.model.lora is True
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["grpo.max_steps"])

@@ -80,7 +80,7 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
     cfg = load_config("tiny", {"distill.n_retriever": 2, "distill.n_generator": 2, "distill.max_new_tokens": 8,
                                "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2})
     first = run_distillation(cfg, ts[:4], engine, tok, tmp_path, style="tiny", progress=False)
-    shards = sorted((tmp_path / "shards").glob("shard-*.jsonl"))
+    shards = sorted((tmp_path / "shards").glob("*/shard-*.jsonl"))
     assert [p.name for p in shards] == ["shard-00000.jsonl", "shard-00001.jsonl"]
     assert [r["qid"] for r in first] == [t.qid for t in ts[:4]]
     # the run was killed during shard 1: only shard 0 is on disk (marked so we can see it is reused)
@@ -94,3 +94,12 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
     # a shard whose questions no longer match (a different pool) is redone, not trusted
     again = run_distillation(cfg, ts[1:5], engine, tok, tmp_path, style="tiny", progress=False)
     assert "marker" not in again[0] and [r["qid"] for r in again] == [t.qid for t in ts[1:5]]
+    # other sampling settings or another model never reuse these shards, and leave them on disk
+    hotter = load_config("tiny", {"distill.n_retriever": 2, "distill.n_generator": 2, "distill.max_new_tokens": 8,
+                                  "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
+                                  "distill.temperature": 0.3})
+    run_distillation(hotter, ts[:2], engine, tok, tmp_path, style="tiny", progress=False)
+    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False, model="other-model")
+    folders = sorted(p for p in (tmp_path / "shards").iterdir())
+    assert len(folders) == 3 and shards[0].exists()
+    assert {json.loads((f / "settings.json").read_text())["temperature"] for f in folders} == {0.3, cfg.distill.temperature}

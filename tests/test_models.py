@@ -34,6 +34,20 @@ def test_digits_are_single_tokens(tokenizer):
     assert tokenizer.decode(tokenizer("year = 1987", add_special_tokens=False)["input_ids"]) == "year = 1987"
 
 
+def test_a_value_reads_the_same_in_the_question_and_in_the_sql():
+    # Values the tokenizer has seen as words ("Mexico") and never as SQL literals.
+    tok = train_tiny_tokenizer(TEXTS + ["authors from Mexico and Hungry Kettle, blood type A-"] * 50, vocab_size=600)
+    question = tok.tokenize("whose nationality is Mexico or Hungry Kettle and type A-?")
+    sql = tok.tokenize("WHERE nationality = 'Mexico' OR name = 'Hungry Kettle' AND type = 'A-'")
+    for value in (["Mexico"], tok.tokenize("Hungry Kettle")):
+        n = len(value)
+        assert any(question[i:i + n] == value for i in range(len(question))), (value, question)
+        assert any(sql[i:i + n] == value for i in range(len(sql))), (value, sql)
+    assert "ĠWHERE" in tok.tokenize("x WHERE y")  # all-caps keywords keep their leading space
+    text = "SELECT a FROM t WHERE b = 'Hungry Kettle' AND c = 'A-'"
+    assert tok.decode(tok(text, add_special_tokens=False)["input_ids"]) == text
+
+
 def test_special_tokens_are_single_and_think_tags_survive_decoding(tokenizer):
     for token in SPECIAL_TOKENS + THINK_TOKENS:
         ids = tokenizer(f"a{token}b", add_special_tokens=False)["input_ids"]

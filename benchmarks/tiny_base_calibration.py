@@ -1,0 +1,83 @@
+"""Tiny base model: two-pass greedy dev EX against SFT steps (what `model.tiny_base_steps` is set from).
+
+One build of the tiny base model with the profile's settings, evaluated on the first `--questions`
+dev questions every `--every` steps (retriever -> pruned schema -> generator, BIRD set EX, plus the
+generator on the gold schema). The curve goes to <out>/calibration.jsonl and calibration.png; the
+issue's target for the base model is 10-60% EX.
+
+    python benchmarks/tiny_base_calibration.py --steps 800 --every 100 --set model.tiny_num_layers=4
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--steps", type=int, default=None, help="default: model.tiny_base_steps of the profile")
+    ap.add_argument("--every", type=int, default=100)
+    ap.add_argument("--questions", type=int, default=100)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
+    ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/tiny_base_calibration"))
+    args = ap.parse_args()
+
+    from acesql_lib.config import parse_overrides
+    from acesql_lib.context import RunContext
+    from acesql_lib.evaluate import evaluate, load_eval_set
+    from acesql_lib.tinybase import build_tiny_base
+    from acesql_lib.tinyworld import build_tinyworld
+
+    overrides = parse_overrides(args.set)
+    if args.steps:
+        overrides["model.tiny_base_steps"] = args.steps
+    tmp = tempfile.mkdtemp(prefix="tiny_base_cal_")
+    ctx = RunContext.create(args.profile, {**overrides, "run_dir": tmp})
+    cfg, paths = ctx.cfg, ctx.paths
+    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    examples, schemas = load_eval_set(cfg, cfg.eval.sets[0])
+    examples = examples[: args.questions]
+    args.out.mkdir(parents=True, exist_ok=True)
+    log = args.out / "calibration.jsonl"
+    log.write_text("")
+    start = time.perf_counter()
+
+    def eval_fn(model, tokenizer):
+        model.eval()
+        m = evaluate(model, tokenizer, examples, schemas, cfg, mode="set", stage="cal", progress=False).metrics
+        row = {k: m[k] for k in ("ex", "generator_ability", "retriever_ability", "column_recall",
+                                 "column_precision", "tokens_per_question")}
+        row["elapsed_s"] = round(time.perf_counter() - start, 1)
+        print(json.dumps(row), flush=True)
+        return row
+
+    path = build_tiny_base(cfg, paths, world, force=True, eval_fn=eval_fn, eval_every=args.every)
+    manifest = json.loads((path / "tiny_base_manifest.json").read_text())
+    with log.open("w") as f:
+        for row in manifest["evals"]:
+            f.write(json.dumps({**row, "overrides": overrides}) + "\n")
+    print(json.dumps({k: manifest[k] for k in ("steps", "train_seconds", "parameters", "token_lengths")}, indent=1))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = manifest["evals"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for key, label in [("ex", "two-pass EX"), ("generator_ability", "generator on gold schema"),
+                       ("retriever_ability", "retriever ability")]:
+        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o", label=label)
+    ax.axhspan(10, 60, color="0.9", zorder=0, label="target band for the base model")
+    ax.set(xlabel="SFT step", ylabel="% of dev questions", title=f"Tiny base model ({args.questions} dev questions)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.out / "calibration.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
