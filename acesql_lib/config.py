@@ -98,6 +98,7 @@ class ModelConfig:
     tiny_base_steps: int = 150  # SFT steps on gold outputs that make the tiny "base" model (by steps, not wall time)
     tiny_base_batch_size: int = 32
     tiny_base_lr: float = 3e-3
+    tiny_base_value_swap: float = 0.0  # share of questions with made-up values (forces copying; 0.5: no gain at 400 steps)
     tiny_base_scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
     tiny_base_warmup_ratio: float = 0.05
     tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates

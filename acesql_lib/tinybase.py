@@ -3,7 +3,8 @@
 The paper starts from Qwen3-8B (§1), which already writes well-formed retriever lists and SQL, gets
 some questions right and leaves plenty to gain. The CPU profile cannot download it, so it builds a
 stand-in offline: a byte-level BPE tokenizer trained on the tiny world (digits split one by one, as
-Qwen's are, so copying a number from the question is a run of single-digit copies), a freshly
+Qwen's are, so copying a number from the question is a run of single-digit copies; the space before
+a capitalised word split off, so a name reads the same in the question and in the SQL), a freshly
 initialised Qwen3 sized by `model.tiny_*`, and a short SFT (TRL `SFTTrainer`, completion-only
 loss, CPU settings) on gold outputs of BOTH roles from the tiny world's training pool:
 
@@ -23,6 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
@@ -58,12 +61,40 @@ def tiny_think(columns: Iterable[str], role: str) -> str:
     return f"Columns of {tables}." if role == "retriever" else f"Query over {tables}."
 
 
+_NAME_VALUE = re.compile(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*")
+_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def pseudo_value(rng: random.Random) -> str:
+    """A made-up capitalised name ("Kavoru Tesi"): no database holds it, so only copying can produce it."""
+    words = ["".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))) for _ in range(rng.randint(1, 2))]
+    return " ".join(w.capitalize() for w in words)
+
+
+def swap_values(question: str, sql: str, rng: random.Random) -> tuple[str, str] | None:
+    """The question and SQL with every name-like string literal that the question spells out replaced
+    by a made-up one (the same in both); None when there is no such literal."""
+    literals = {v for v in re.findall(r"'([^']*)'", sql) if _NAME_VALUE.fullmatch(v)
+                and re.search(rf"(?<![\w']){re.escape(v)}(?![\w'])", question)}
+    if not literals:
+        return None
+    for value in sorted(literals, key=len, reverse=True):
+        fake = pseudo_value(rng)
+        question = re.sub(rf"(?<![\w']){re.escape(value)}(?![\w'])", fake, question)
+        sql = sql.replace(f"'{value}'", f"'{fake}'")
+    return question, sql
+
+
 def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str = "tiny",
-                 ) -> tuple[list[dict[str, Any]], int]:
+                 value_swap: float = 0.0, seed: int = 0) -> tuple[list[dict[str, Any]], int]:
     """Retriever and generator SFT samples from gold SQL (two per question); also the number skipped.
 
-    A question whose gold SQL does not resolve to a column set is skipped (and counted).
+    A question whose gold SQL does not resolve to a column set is skipped (and counted). With
+    `value_swap` > 0 that share of questions has its name values replaced by made-up ones
+    (`swap_values`) in both roles' samples: the tiny world's dev values never occur in training SQL,
+    and a model trained from scratch otherwise memorises the training values instead of copying.
     """
+    rng = random.Random(seed)
     samples, skipped = [], 0
     for ex in examples:
         schema = schemas[ex.db_id]
@@ -72,12 +103,15 @@ def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str
         except ColumnResolutionError:
             skipped += 1
             continue
-        samples.append({"prompt": retriever_messages(schema.to_ddl(), ex.question, ex.evidence, style=style),
+        question, sql = ex.question, ex.sql
+        if value_swap and rng.random() < value_swap:
+            question, sql = swap_values(question, sql, rng) or (question, sql)
+        samples.append({"prompt": retriever_messages(schema.to_ddl(), question, ex.evidence, style=style),
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(columns, tiny_think(columns, "retriever"))}]})
-        samples.append({"prompt": generator_messages(schema.to_ddl(columns), ex.question, ex.evidence, style=style),
+        samples.append({"prompt": generator_messages(schema.to_ddl(columns), question, ex.evidence, style=style),
                         "completion": [{"role": "assistant",
-                                        "content": generator_target(ex.sql, tiny_think(columns, "generator"))}]})
+                                        "content": generator_target(sql, tiny_think(columns, "generator"))}]})
     return samples, skipped
 
 
@@ -143,7 +177,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
     torch.manual_seed(cfg.seed)
     pool = load_train_pool(cfg, world)
     schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
-    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style)
+    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
     # Tokenizer text: every value, question and SQL of the world, plus rendered prompts so that the
     # schema and instruction words (CREATE TABLE, example, INTEGER...) become single tokens.
     texts = list(world_text(world)) + [_sample_text(s) for s in samples[:TOKENIZER_PROMPT_SAMPLES]]

@@ -150,3 +150,23 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     a, b = load_config("tiny"), load_config("tiny", {"model.tiny_base_steps": 7})
     assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(load_config("tiny"), world))
     assert settings_hash(base_settings(a, world)) != settings_hash(base_settings(b, world))
+    # ...while a stage-1 SFT setting that the base recipe does not use leaves it alone
+    c = load_config("tiny", {"sft.num_epochs": 5, "sft.logging_steps": 3, "distill.temperature": 0.2})
+    assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(c, world))
+
+
+def test_value_swap_makes_up_the_same_value_in_question_and_sql():
+    import random
+
+    from acesql_lib.tinybase import swap_values
+
+    question = "How many members whose city is Oslo and whose team is Blue Owls, older than 30?"
+    sql = ("SELECT COUNT(*) FROM members WHERE members.city = 'Oslo' AND members.team = 'Blue Owls' "
+           "AND members.age > 30 AND members.note = 'Osloish'")
+    q, s = swap_values(question, sql, random.Random(1))
+    assert "Oslo " not in q and "Blue Owls" not in q and "'Oslo'" not in s and "'Blue Owls'" not in s
+    fakes = [v for v in __import__("re").findall(r"'([^']*)'", s)][:2]
+    assert all(f in q for f in fakes) and len(set(fakes)) == 2
+    assert "'Osloish'" in s and "older than 30" in q and "> 30" in s  # not spelled in the question; numbers kept
+    assert swap_values("How many members?", "SELECT COUNT(*) FROM members", random.Random(1)) is None
+    assert swap_values(question, sql, random.Random(1)) == (q, s)  # seeded
