@@ -85,23 +85,10 @@ def shard_settings(cfg: Config, style: str, model_tag: str = "") -> dict[str, An
             "enable_thinking": cfg.engine.enable_thinking, "model": model_tag}
 
 
-def model_tag(path: str | Path) -> str:
-    """A model's identity for shard folders: a hub id as is; a local folder by its config and weights."""
-    folder = Path(path)
-    if not folder.is_dir():
-        return str(path)
-    h = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.suffix in (".json", ".safetensors", ".bin", ".jinja") and f.is_file():
-            st = f.stat()
-            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    return f"{folder.name}-{h.hexdigest()[:12]}"
-
-
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
                      style: str = "paper", progress: bool = True, model: str = "") -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
-    not redone. Other settings or another `model` (see `model_tag`) write a new folder; none is deleted."""
+    not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
     d = cfg.distill
     settings = shard_settings(cfg, style, model)
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]

@@ -17,6 +17,8 @@ clip and dual clip stay in the loss for engines whose sampling log-probs differ)
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
 import random
@@ -468,6 +470,40 @@ ABLATIONS: dict[str, dict[str, Any]] = {
 # Entry point: `accelerate launch -m acesql_lib.grpo --config configs/<profile>.yaml`
 
 
+RUN_SETTINGS = "run_settings.json"
+
+
+def run_settings(cfg: Config, paths: Any) -> dict[str, Any]:
+    """What a run's checkpoints depend on: RL settings, the starting model and the distilled data."""
+    from .models import model_tag
+
+    def digest(path: Path) -> str | None:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+
+    return {"grpo": dataclasses.asdict(cfg.grpo), "engine": dataclasses.asdict(cfg.engine), "seed": cfg.seed,
+            "start_model": model_tag(paths.sft_model), "reference": cfg.grpo.reference_model,
+            "pool": digest(paths.distill / "pool.json"), "rl_questions": digest(paths.distill / "rl_questions.json")}
+
+
+def retire_stale_run(out: Path, settings: dict[str, Any]) -> Path | None:
+    """Resume only a run started from the same settings, model and data: a run folder written from
+    others is renamed `<name>.stale-<n>` (kept, never deleted) and the run starts afresh."""
+    out = Path(out)
+    record = out / RUN_SETTINGS
+    text = json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n"
+    moved = None
+    if out.exists() and any(out.iterdir()) and (not record.is_file() or record.read_text() != text):
+        n = 1
+        while out.with_name(f"{out.name}.stale-{n}").exists():
+            n += 1
+        moved = out.with_name(f"{out.name}.stale-{n}")
+        out.rename(moved)
+        print(f"[grpo] {out} was started from other settings, model or data: kept as {moved.name}, starting afresh")
+    out.mkdir(parents=True, exist_ok=True)
+    record.write_text(text)
+    return moved
+
+
 def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
                   progress: bool = True) -> JointGRPO:
     """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
@@ -483,7 +519,12 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     pool.gamma = cfg.grpo.gamma  # the decay is an RL setting, whatever the file was written with
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
     style = "tiny" if cfg.profile == "tiny" else "paper"
-    trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, paths.grpo_run(variant),
+    out = paths.grpo_run(variant)
+    if accelerator is None or accelerator.is_main_process:
+        retire_stale_run(out, run_settings(cfg, paths))
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, out,
                         val_tasks=val_tasks, accelerator=accelerator, style=style, progress=progress)
     trainer.resume()
     return trainer

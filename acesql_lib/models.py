@@ -9,6 +9,7 @@ small model can learn.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -215,3 +216,16 @@ def save_tiny(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, direct
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def model_tag(path: str | Path) -> str:
+    """A model's identity for shard folders: a hub id as is; a local folder by its config and weights."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return str(path)
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".json", ".safetensors", ".bin", ".jinja") and f.is_file():
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return f"{folder.name}-{h.hexdigest()[:12]}"

@@ -144,3 +144,23 @@ def test_two_processes_make_the_single_process_update(template, tmp_path):
         assert torch.allclose(one["after"][k], two["after"][k], atol=1e-4), k
         moved += not torch.equal(one["after"][k], one["before"][k])
     assert moved > 0
+
+
+def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, tmp_path):
+    def trainer_for(overrides):
+        ctx = RunContext.create("tiny", overrides)
+        return build_trainer(ctx.cfg, ctx.paths, progress=False)
+
+    run = fresh_run(template, tmp_path, "stale")
+    over = rl_overrides(run, **{"grpo.max_steps": 2, "grpo.save_every": 1})
+    trainer_for(over).train(stop_after=1)
+    assert (run / "grpo" / "full" / "checkpoint-1" / "COMPLETE").exists()
+    assert trainer_for(over).state.step == 1  # same settings, model and data: resumed
+    pool = run / "distill" / "pool.json"
+    pool.write_text(pool.read_text() + "\n")  # other distilled data
+    fresh = trainer_for(over)
+    assert fresh.state.step == 0  # started afresh...
+    assert (run / "grpo" / "full.stale-1" / "checkpoint-1" / "COMPLETE").exists()  # ...the old run kept aside
+    fresh.train(stop_after=1)
+    trainer_for({**over, "grpo.learning_rate": 1e-3})  # another RL setting
+    assert (run / "grpo" / "full.stale-2" / "checkpoint-1" / "COMPLETE").exists()

@@ -1,10 +1,11 @@
 """The whole tiny pipeline, notebooks 00-07, headless through the runner (what `make reproduce`
 does), at smoke size: every expected table and figure must exist and the metrics must be in range.
 
-Smoke size keeps the code paths of configs/tiny.yaml and shrinks the counts: a 600-question world,
-so that 150 base-model steps (about 3 minutes here) learn its questions well enough for
-distillation to find correct rollouts; 96 filtered questions; 2 RL steps per variant; 40 eval
-questions. The numbers it produces exercise the plumbing, not the method (see `make reproduce`).
+Smoke size keeps the code paths of configs/tiny.yaml and shrinks the counts: a 300-question world
+(in the test's own folder) that 400 base-model steps of batch 16 (11 epochs, ~4 minutes here)
+learn well enough for distillation to find correct rollouts on its own questions; 64 filtered
+questions; 2 RL steps per variant; 40 eval questions. Its numbers exercise the plumbing, not the
+method (`make reproduce` runs the profile's sizes).
 """
 import json
 
@@ -15,15 +16,15 @@ from acesql_lib.reports import FIGURES, TABLES
 
 pytestmark = pytest.mark.notebook
 
-SMOKE = {"data.tiny_n_train": 600, "model.tiny_base_steps": 150, "filtering.target_size": 96,
-         "distill.n_validation": 4, "distill.shard_size": 48, "grpo.max_steps": 2, "grpo.val_every": 2,
-         "grpo.save_every": 2, "eval.max_examples": 40}
+SMOKE = {"data.tiny_n_train": 300, "model.tiny_base_steps": 400, "model.tiny_base_batch_size": 16,
+         "filtering.target_size": 64, "distill.n_validation": 4, "distill.shard_size": 32, "grpo.max_steps": 2,
+         "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 40}
 
 
 def test_tiny_pipeline_end_to_end(tmp_path):
     reports = tmp_path / "reports"
-    runs = run_pipeline("tiny", overrides={"run_dir": str(tmp_path / "run"), "reports_dir": str(reports), **SMOKE},
-                        progress=False)
+    runs = run_pipeline("tiny", overrides={"run_dir": str(tmp_path / "run"), "reports_dir": str(reports),
+                                           "data.tinyworld_dir": str(tmp_path / "world"), **SMOKE}, progress=False)
     assert [r.name for r in runs] == ["00_data", "01_source_filtering", "02_self_distillation", "03_mixed_sft",
                                       "04_joint_grpo", "05_evaluation", "06_ablations", "07_tables_and_figures"]
     assert all(r.status == "ok" for r in runs)
