@@ -416,4 +416,13 @@ def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) 
     if overrides:
         nested = _dotted_to_nested(overrides) if any("." in k for k in overrides) else overrides
         cfg = _build(Config, _merge(cfg.to_dict(), nested), "", "overrides")
-    return cfg
+    return _with_world_paths(cfg)
+
+
+def _with_world_paths(cfg: Config) -> Config:
+    """Eval-set paths may start with `{tinyworld_dir}`: the tiny world's folder (data.tinyworld_dir)."""
+    def sub(text: str) -> str:
+        return text.replace("{tinyworld_dir}", cfg.data.tinyworld_dir)
+
+    sets = [dataclasses.replace(s, path=sub(s.path), tables=sub(s.tables), db_root=sub(s.db_root)) for s in cfg.eval.sets]
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sets=sets))

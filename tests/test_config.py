@@ -87,3 +87,10 @@ def test_command_line_overrides_parse_as_yaml_and_reach_the_config():
     assert cfg.grpo.max_steps == 4 and cfg.model.lora is True
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_overrides(["grpo.max_steps"])
+
+
+def test_eval_set_paths_follow_the_tiny_world_folder():
+    default = load_config("tiny").eval.sets[0]
+    assert default.path == "data/tinyworld/dev/dev.json" and default.db_root == "data/tinyworld/dev/dev_databases"
+    moved = load_config("tiny", {"data.tinyworld_dir": "/elsewhere/world"}).eval.sets[0]
+    assert moved.path == "/elsewhere/world/dev/dev.json" and moved.tables == "/elsewhere/world/dev/dev_tables.json"
