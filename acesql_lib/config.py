@@ -8,6 +8,8 @@ override these defaults with the same keys; an unknown key or a value of the wro
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import re
 import types
 import typing
@@ -376,10 +378,13 @@ def _dotted_to_nested(overrides: dict[str, Any]) -> dict[str, Any]:
     return nested
 
 
+def settings_hash(settings: Any, length: int = 16) -> str:
+    """A short, stable fingerprint of JSON-able settings: what decides whether saved work is reused."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     """`KEY=VALUE` command-line overrides (values parsed as YAML) -> {dotted key: value}."""
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")

@@ -11,7 +11,6 @@ shards already on disk, so a killed run loses at most one shard.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import random
 from collections import Counter
@@ -21,7 +20,7 @@ from typing import Any, Sequence
 
 from tqdm.auto import tqdm
 
-from .config import Config
+from .config import Config, settings_hash
 from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
@@ -76,13 +75,13 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
     }
 
 
-def shard_settings(cfg: Config, style: str, model_tag: str = "") -> dict[str, Any]:
+def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     """What shapes a shard's rollouts; shards live in a folder named after its hash."""
     d = cfg.distill
     keys = ("n_retriever", "n_generator", "temperature", "top_p", "max_new_tokens", "vote_threshold",
             "compare_mode", "exec_timeout_s", "shard_size")
     return {**{k: getattr(d, k) for k in keys}, "seed": cfg.seed, "style": style,
-            "enable_thinking": cfg.engine.enable_thinking, "model": model_tag}
+            "enable_thinking": cfg.engine.enable_thinking, "model": model}
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
@@ -91,8 +90,7 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
     d = cfg.distill
     settings = shard_settings(cfg, style, model)
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    shard_dir = Path(out_dir) / "shards" / digest
+    shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
     (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
     records: list[dict[str, Any]] = []

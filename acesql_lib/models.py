@@ -219,7 +219,8 @@ def save_tiny(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, direct
 
 
 def model_tag(path: str | Path) -> str:
-    """A model's identity for shard folders: a hub id as is; a local folder by its config and weights."""
+    """A model's identity for resumable work (distillation shards, GRPO runs): a hub id as is; a local
+    folder by the names, sizes and modification times of its config and weight files."""
     folder = Path(path)
     if not folder.is_dir():
         return str(path)

@@ -22,7 +22,6 @@ steps, hash of every setting that shapes the model); a rerun with the same setti
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import re
@@ -34,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .config import Config
+from .config import Config, settings_hash
 from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
@@ -128,10 +127,6 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
         "torch": torch.__version__,
     }
-
-
-def settings_hash(settings: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def base_sft_config(cfg: Config):

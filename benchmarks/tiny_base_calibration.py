@@ -36,7 +36,8 @@ def main() -> None:
     if args.steps:
         overrides["model.tiny_base_steps"] = args.steps
     tmp = tempfile.mkdtemp(prefix="tiny_base_cal_")
-    ctx = RunContext.create(args.profile, {**overrides, "run_dir": tmp})
+    # its own world too: a data.* override must not rebuild the shared data/tinyworld
+    ctx = RunContext.create(args.profile, {**overrides, "run_dir": tmp, "data.tinyworld_dir": f"{tmp}/world"})
     cfg, paths = ctx.cfg, ctx.paths
     world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
     examples, schemas = load_eval_set(cfg, cfg.eval.sets[0])
