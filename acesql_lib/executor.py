@@ -475,37 +475,92 @@ def _run_task(task: _Task) -> Iterator[tuple]:
         yield ("pred", idx, Score(correct, result.status, result.error, gold_status, gold_error, result.elapsed_s))
 
 
-def _worker_main(conn) -> None:
-    """Worker process loop: receive a task, send its messages one by one (so the parent always
-    knows which triple is in flight), until the parent sends None or goes away."""
+FLUSH_S = 0.01  # a busy worker sends its answers at least this often
+QUEUE_DEPTH = 4  # groups assigned to a worker ahead of its answers, so it never waits for the parent
+
+
+def _task_items(seq: int, task: _Task) -> list[tuple]:
+    """The order in which a worker answers a task: ("gold", seq) then ("pred", seq, index)."""
+    head = [("gold", seq)] if task.gold_known is None else []
+    return head + [("pred", seq, idx) for idx, _ in task.preds]
+
+
+def _worker_main(conn, cursor) -> None:
+    """Worker process loop: run the tasks the parent streams in, answering in batches (every
+    FLUSH_S, and whenever it would otherwise wait for work), until the parent sends None or goes
+    away. `cursor` (shared memory) counts the items started so far, so after a crash the parent
+    knows exactly which item was running."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    started, out, last = 0, [], time.monotonic()
     while True:
+        if out and not conn.poll():  # about to wait for work: send what is done first
+            conn.send(out)
+            out, last = [], time.monotonic()
         try:
-            task = conn.recv()
+            msg = conn.recv()
         except (EOFError, OSError):
             return
-        if task is None:
+        if msg is None:
             return
-        for msg in _run_task(task):
-            conn.send(msg)
+        seq, task = msg
+        answers = _run_task(task)
+        while True:
+            cursor.value = started + 1  # set before the item runs
+            try:
+                answer = next(answers)
+            except StopIteration:
+                cursor.value = started
+                break
+            started += 1
+            out.append(("gold", seq, *answer[1:]) if answer[0] == "gold" else answer)
+            if time.monotonic() - last > FLUSH_S:
+                conn.send(out)
+                out, last = [], time.monotonic()
 
 
 class _Worker:
     def __init__(self, ctx) -> None:
+        from collections import deque
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child,), daemon=True, name="acesql-executor")
+        self.cursor = ctx.RawValue("q", 0)
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor), daemon=True, name="acesql-executor")
         self.proc.start()
         child.close()
-        self.task: _Task | None = None
-        self.gold: tuple[str, str] | None = None  # gold outcome of the current task once known
-        self.remaining: list[tuple[int, str]] = []  # preds not answered yet; the first is in flight
+        self.tasks: dict[int, _Task] = {}  # assigned and not fully answered, by sequence number
+        self.pending: deque[tuple] = deque()  # their items in answer order; the first is next to answer
+        self.answered = 0  # items answered since the worker started (the cursor counts items started)
+        self.gold: dict[int, tuple[str, str]] = {}  # task seq -> gold outcome once known
+        self.seq = 0
         self.last_seen = time.monotonic()
 
+    @property
+    def busy(self) -> bool:
+        return bool(self.tasks)
+
     def assign(self, task: _Task) -> None:
-        self.task, self.gold, self.remaining = task, task.gold_known, list(task.preds)
-        self.last_seen = time.monotonic()
-        self.conn.send(task)
+        seq, self.seq = self.seq, self.seq + 1
+        if not self.tasks:
+            self.last_seen = time.monotonic()
+        self.tasks[seq] = task
+        if task.gold_known is not None:
+            self.gold[seq] = task.gold_known
+        self.pending.extend(_task_items(seq, task))
+        self.conn.send((seq, task))
+
+    def answer(self) -> tuple:
+        """Pop the next pending item; forget its task once all of it is answered."""
+        item = self.pending.popleft()
+        self.answered += 1
+        if not self.pending or self.pending[0][1] != item[1]:
+            self.tasks.pop(item[1], None)
+            self.gold.pop(item[1], None)
+        return item
+
+    def in_flight(self) -> tuple | None:
+        """The item running now (or when the worker died): started but not answered."""
+        ahead = self.cursor.value - 1 - self.answered
+        return self.pending[ahead] if 0 <= ahead < len(self.pending) else None
 
     def stop(self) -> None:
         try:
@@ -520,9 +575,11 @@ class _Worker:
 
 
 class _Pool:
-    """Worker processes with one pipe each. Messages go over an unbuffered Pipe (not a Queue with
-    a feeder thread), so after a death every message the worker sent can still be read and the
-    in-flight triple is known exactly."""
+    """Worker processes with one pipe each. Each worker is kept QUEUE_DEPTH groups ahead and answers
+    in batches, so neither the pipes nor the parent hold it up on fast queries, while groups are
+    still handed out one by one (a slow group does not hold others back). Messages go over an
+    unbuffered Pipe (not a Queue with a feeder thread), so after a death every answer the worker
+    sent can still be read, and a shared cursor tells which item was running."""
 
     def __init__(self, n_workers: int) -> None:
         import multiprocessing as mp
@@ -535,9 +592,12 @@ class _Pool:
         """pid -> ("gold", first index of its group) or ("pred", index) for what each worker runs now."""
         out = {}
         for w in list(self.workers):
-            remaining, gold = list(w.remaining), w.gold
-            if w.task is not None and remaining:
-                out[w.proc.pid] = ("gold" if gold is None else "pred", remaining[0][0])
+            try:
+                item = w.in_flight()
+                if item is not None:
+                    out[w.proc.pid] = ("gold", w.tasks[item[1]].preds[0][0]) if item[0] == "gold" else ("pred", item[2])
+            except (IndexError, KeyError, RuntimeError):  # read while the parent updates it
+                continue
         return out
 
     def run(self, tasks: list[_Task], on_gold, on_pred) -> int:
@@ -546,29 +606,28 @@ class _Pool:
         from multiprocessing.connection import wait
         with self.lock:
             queue, deaths = deque(tasks), 0
-            while queue or any(w.task is not None for w in self.workers):
+            while queue or any(w.busy for w in self.workers):
                 for w in self.workers:
-                    if w.task is None and queue:
+                    while queue and len(w.tasks) < QUEUE_DEPTH:
                         w.assign(queue.popleft())
-                busy = [w for w in self.workers if w.task is not None]
+                busy = [w for w in self.workers if w.busy]
                 wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=0.5)
                 for w in busy:
                     dead = not w.proc.is_alive()  # checked before draining: nothing sent after it is missed
                     dead = not self._drain(w, on_gold, on_pred) or dead
-                    if w.task is None:
+                    if not w.busy:
                         continue
-                    limit = 2 * w.task.timeout_s + 5  # the deadline lives in SQLite; this is only a backstop
+                    limit = 2 * max(t.timeout_s for t in w.tasks.values()) + 5  # the deadline lives in SQLite
                     if dead:
                         reason = "worker died"
                     elif time.monotonic() - w.last_seen > limit:
                         w.proc.kill()
+                        w.proc.join(timeout=5)
                         reason = f"worker killed: no answer within {limit:g} s"
                     else:
                         continue
                     deaths += 1
-                    rest = self._salvage(w, reason, on_gold, on_pred)
-                    if rest is not None:
-                        queue.appendleft(rest)
+                    queue.extendleft(reversed(self._salvage(w, reason, on_gold, on_pred)))
                     w.proc.join(timeout=5)
                     w.conn.close()
                     self.workers[self.workers.index(w)] = _Worker(self.ctx)
@@ -576,38 +635,47 @@ class _Pool:
 
     @staticmethod
     def _drain(w: _Worker, on_gold, on_pred) -> bool:
-        """Handle every message waiting from `w`; False when its pipe is closed (worker gone)."""
-        while w.task is not None:
+        """Handle every batch waiting from `w`; False when its pipe is closed (worker gone)."""
+        while w.busy:
             try:
                 if not w.conn.poll():
                     return True
-                msg = w.conn.recv()
+                batch = w.conn.recv()
             except (EOFError, OSError, pickle.UnpicklingError):  # closed, or a message cut short by the death
                 return False
             w.last_seen = time.monotonic()
-            if msg[0] == "gold":
-                w.gold = (msg[1], msg[2])
-                on_gold(w.task, msg[1], msg[2])
-            else:
-                w.remaining.pop(0)
-                on_pred(msg[1], msg[2])
-            if not w.remaining:
-                w.task = None
+            for msg in batch:
+                task = w.tasks[w.pending[0][1]]
+                w.answer()
+                if msg[0] == "gold":
+                    w.gold[msg[1]] = (msg[2], msg[3])
+                    on_gold(task, msg[2], msg[3])
+                else:
+                    on_pred(msg[1], msg[2])
         return True
 
     @staticmethod
-    def _salvage(w: _Worker, reason: str, on_gold, on_pred) -> _Task | None:
-        """Mark the in-flight item failed; return the rest of the task for another worker."""
-        task, w.task = w.task, None
-        if w.gold is None:  # died on the gold: every triple of the group scores 0, preds still run
-            w.gold = ("error", f"{reason} while executing the gold SQL")
-            on_gold(task, *w.gold)
-            return _Task(**{**task.__dict__, "preds": w.remaining, "gold_known": w.gold})
-        idx = w.remaining.pop(0)[0]
-        on_pred(idx, Score(False, "error", reason, *w.gold))
-        if not w.remaining:
-            return None
-        return _Task(**{**task.__dict__, "preds": w.remaining, "gold_known": task.gold_known})
+    def _salvage(w: _Worker, reason: str, on_gold, on_pred) -> list[_Task]:
+        """Mark the in-flight item failed; return what is left of the worker's tasks for others
+        (answers it computed but had not sent yet are simply run again)."""
+        item = w.in_flight()
+        if item is not None and item[0] == "gold":  # died on the gold: the group scores 0, preds still run
+            w.gold[item[1]] = ("error", f"{reason} while executing the gold SQL")
+            on_gold(w.tasks[item[1]], *w.gold[item[1]])
+        elif item is not None:
+            on_pred(item[2], Score(False, "error", reason, *w.gold.get(item[1], ("ok", ""))))
+        left: dict[int, set[int]] = {}
+        for it in w.pending:
+            if it[0] == "pred" and it != item:
+                left.setdefault(it[1], set()).add(it[2])
+        rest = []
+        for seq, indexes in left.items():
+            task, known = w.tasks[seq], w.gold.get(seq)  # a failed gold stays failed; one that ran fine runs again
+            rest.append(_Task(**{**task.__dict__, "preds": [p for p in task.preds if p[0] in indexes],
+                                 "gold_known": known if known and known[0] != "ok" else None}))
+        w.tasks.clear()
+        w.pending.clear()
+        return rest
 
     def shutdown(self) -> None:
         for w in self.workers:

@@ -81,8 +81,9 @@ def introspect(db: Path, rng: random.Random) -> list[dict]:
         n = conn.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
         if not (text and num) or n < 20:
             continue
-        sample = {c: [v for (v,) in conn.execute(f'SELECT "{c}" FROM "{name}" WHERE "{c}" IS NOT NULL LIMIT 200')]
+        sample = {f'"{c}"': [v for (v,) in conn.execute(f'SELECT "{c}" FROM "{name}" WHERE "{c}" IS NOT NULL LIMIT 200')]
                   for c in text + num}
+        text, num = [f'"{c}"' for c in text], [f'"{c}"' for c in num]  # names may hold spaces ("Product Name")
         fks = [(f[3], f[2], f[4]) for f in conn.execute(f'PRAGMA foreign_key_list("{name}")')]
         tables.append({"name": name, "text": text, "num": num, "n": n, "sample": sample, "fks": fks})
     conn.close()
@@ -120,7 +121,7 @@ def gold_group(t: dict, rng: random.Random) -> tuple[str, list[str]]:
         fk = t["fks"][0] if t["fks"] else None
         if fk is None:
             return gold_group(t, rng)
-        col, parent, pcol = fk[0], fk[1], fk[2] or "rowid"
+        col, parent, pcol = f'"{fk[0]}"', fk[1], f'"{fk[2]}"' if fk[2] else "rowid"
         gold = f'SELECT p.rowid, COUNT(*) FROM {T} AS c JOIN "{parent}" AS p ON c.{col} = p.{pcol} WHERE c.{n} > {q(x)} GROUP BY p.rowid'
         rewrites = [f'SELECT {col}, COUNT(*) FROM {T} WHERE {n} > {q(x)} AND {col} IN (SELECT {pcol} FROM "{parent}") GROUP BY {col}',
                     gold.replace("COUNT(*)", "COUNT(c.rowid)")]
