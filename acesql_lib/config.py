@@ -90,7 +90,7 @@ class ModelConfig:
     # The tiny profile builds its own base model offline (a Qwen3 architecture trained from scratch).
     build_tiny: bool = False
     prompt_style: str = "paper"  # §2 prompts in the kit's wording; "tiny" shortens the instructions for CPU sequences
-    tiny_vocab_size: int = 2048
+    tiny_vocab_size: int = 1024  # small enough for the training text that every token occurs in it whole
     tiny_hidden_size: int = 256
     tiny_num_layers: int = 4
     tiny_num_heads: int = 4
@@ -100,7 +100,7 @@ class ModelConfig:
     tiny_base_steps: int = 150  # SFT steps on gold outputs that make the tiny "base" model (by steps, not wall time)
     tiny_base_batch_size: int = 32
     tiny_base_lr: float = 3e-3
-    tiny_base_value_swap: float = 0.0  # share of questions with made-up values (forces copying; 0.5: no gain at 400 steps)
+    tiny_base_value_swap: float = 0.0  # share of questions whose values are made up (forces copying over memorising)
     tiny_base_scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
     tiny_base_warmup_ratio: float = 0.05
     tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
@@ -214,6 +214,7 @@ class GRPOConfig:
     micro_batch_size: int = 8  # sequences per forward/backward pass (memory, not maths)
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
+    val_samples: int = 1  # UNKNOWN: generator samples per validation question (EX is their mean; more = less noise)
     save_every: int = 80  # §4.11
     keep_checkpoints: int = 3
     seed: int = 0

@@ -546,7 +546,10 @@ class _Worker:
         if task.gold_known is not None:
             self.gold[seq] = task.gold_known
         self.pending.extend(_task_items(seq, task))
-        self.conn.send((seq, task))
+        try:
+            self.conn.send((seq, task))
+        except OSError:  # the worker is gone; the pool sees it dead and hands the task to another
+            pass
 
     def answer(self) -> tuple:
         """Pop the next pending item; forget its task once all of it is answered."""

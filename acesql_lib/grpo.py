@@ -313,12 +313,13 @@ class JointGRPO:
             return {}
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
-        rolls = rollout(share, self.engine, self.tokenizer, n_retriever=1, n_generator=1,
+        k = max(1, self.g.val_samples)
+        rolls = rollout(share, self.engine, self.tokenizer, n_retriever=1, n_generator=k,
                         temperature=self.g.val_temperature, top_p=self.g.top_p,
                         max_new_tokens=self.g.max_response_tokens, style=self.style,
                         enable_thinking=self.cfg.engine.enable_thinking, compare_mode=self.g.compare_mode,
                         timeout_s=self.g.exec_timeout_s, seed=self.g.seed + 7)
-        rows = [(r.n_correct, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
+        rows = [(r.n_correct / k, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
                                   (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
                 for r in rolls]
         rows = [x for part in _gather_objects(self.acc, rows) for x in [part]]

@@ -53,6 +53,9 @@ STYLES = {  # SynSQL question styles; each wraps the noun phrase a template buil
     "Descriptive": ("I would like to know {np}, based on the records in the {db} database.",),
     "Concise": ("{NP}?",),
 }
+# UNKNOWN: share of training questions that carry evidence (SynSQL's `external_knowledge`). BIRD dev
+# questions all do; a pool without any left the tiny base model unable to read an evidence line.
+TRAIN_EVIDENCE_SHARE = 0.5
 MULTI_ROUTE_WEIGHT = 6  # UNKNOWN: attributes with several routes are drawn this much more often
 MAX_RESULT_ROWS = 50  # prefer small, well-defined gold results
 
@@ -674,12 +677,13 @@ def _cat(a: Attr, v: object, i: int) -> tuple[str, str]:
     return f"whose {a.phrase} is {v}", f"{v} refers to {{{i}}} = {lit(v)}"
 
 
-def _cmp(a: Attr, op: str, v: object, i: int, dev: bool) -> tuple[str, str]:
-    """Phrase and evidence for `a op v`; dev questions say 'high'/'low' and leave the number to evidence."""
+def _cmp(a: Attr, op: str, v: object, i: int, evidence: bool) -> tuple[str, str]:
+    """Phrase and evidence for `a op v`; a question with evidence says 'high'/'low' and leaves the
+    number to the evidence (BIRD's style), one without names the number."""
     if a.role == "date":
         word = "later" if op == ">" else "earlier"
         return f"whose {a.phrase} is {word} than {v}", f"{word} than {v} refers to {{{i}}} {op} {lit(v)}"
-    if dev:
+    if evidence:
         word = "high" if op == ">" else "low"
         return f"with a {word} {a.phrase}", f"{word} {a.phrase} refers to {{{i}}} {op} {lit(v)}"
     word = "greater" if op == ">" else "less"
@@ -695,7 +699,7 @@ def _sql(q: Recorder, anchor: str, attrs: list[Attr], ch: tuple[int, ...]) -> tu
     return fr, ([expr(q, r) for r in routes] if fr else [])
 
 
-def t_count(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_count(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("cat", "label"))
     if a is None:
@@ -709,7 +713,7 @@ def t_count(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
     return Cand(0, f"the number of {t.plural} {phrase}", [a], render, [hint])
 
 
-def t_list(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_list(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     lab = t.label
     a = ctx.pick(rng, t.name, ("num", "date"))
@@ -717,7 +721,7 @@ def t_list(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
         return None
     op = rng.choice([">", "<"])
     v = _threshold(ctx, a, op == ">", rng.randint(2, 6))
-    phrase, hint = _cmp(a, op, v, 0, dev)
+    phrase, hint = _cmp(a, op, v, 0, evidence)
 
     def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
         fr, exprs = _sql(q, t.name, [a], ch)
@@ -725,7 +729,7 @@ def t_list(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
     return Cand(0, f"the {_plural(lab.phrase or _readable(lab.name))} of {t.plural} {phrase}", [a], render, [hint])
 
 
-def t_lookup(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_lookup(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     lab = t.label
     if lab.role != "label":
@@ -742,7 +746,7 @@ def t_lookup(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
     return Cand(0, f"the {a.phrase} of the {t.singular} {x}", [a], render, [f"{a.phrase} refers to {{0}}"])
 
 
-def _agg(ctx: DbContext, rng: random.Random, dev: bool, filtered: bool) -> Cand | None:
+def _agg(ctx: DbContext, rng: random.Random, evidence: bool, filtered: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("num",))
     b = ctx.pick(rng, t.name, ("cat",), exclude=(a,)) if filtered else None
@@ -766,15 +770,15 @@ def _agg(ctx: DbContext, rng: random.Random, dev: bool, filtered: bool) -> Cand 
     return Cand(1 if b else 0, f"the {AGG_WORDS[fn]} {a.phrase} of {t.plural}{where}", attrs, render, hints)
 
 
-def t_agg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
-    return _agg(ctx, rng, dev, False)
+def t_agg(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
+    return _agg(ctx, rng, evidence, False)
 
 
-def t_agg_where(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
-    return _agg(ctx, rng, dev, True)
+def t_agg_where(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
+    return _agg(ctx, rng, evidence, True)
 
 
-def t_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_top(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     lab = t.label
     a = ctx.pick(rng, t.name, ("num",))
@@ -795,7 +799,7 @@ def t_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 probe=lambda q, ch: render(q, ch, True))
 
 
-def t_group_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_group_top(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("cat",))
     if a is None:
@@ -811,7 +815,7 @@ def t_group_top(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 probe=lambda q, ch: render(q, ch, True))
 
 
-def t_group_agg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_group_agg(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("cat",))
     b = ctx.pick(rng, t.name, ("num",))
@@ -826,7 +830,7 @@ def t_group_agg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 [f"{AGG_WORDS[fn]} {b.phrase} refers to {fn}({{1}})"])
 
 
-def t_count2(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_count2(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("cat",))
     b = ctx.pick(rng, t.name, ("num", "date"))
@@ -836,7 +840,7 @@ def t_count2(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
     op = rng.choice([">", "<"])
     w = _threshold(ctx, b, op == ">", len(set(ctx.values(b))) // rng.randint(3, 6))
     p1, h1 = _cat(a, v, 0)
-    p2, h2 = _cmp(b, op, w, 1, dev)
+    p2, h2 = _cmp(b, op, w, 1, evidence)
 
     def render(q: Recorder, ch: tuple[int, ...]) -> str | None:
         fr, exprs = _sql(q, t.name, [a, b], ch)
@@ -852,7 +856,7 @@ def _parent_label(ctx: DbContext, rng: random.Random) -> tuple[Table, Attr, Tabl
     return t, a, ctx.db.table(a.owner), a.routes[0].joins[0].src_col
 
 
-def t_having(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_having(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     found = _parent_label(ctx, rng)
     if found is None:
         return None
@@ -868,7 +872,7 @@ def t_having(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 [f"more than {n} {t.plural} refers to COUNT(*) > {n}"])
 
 
-def t_top_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_top_parent(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     found = _parent_label(ctx, rng)
     if found is None:
         return None
@@ -889,7 +893,7 @@ def t_top_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 probe=lambda q, ch: render(q, ch, True))
 
 
-def t_above_avg(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_above_avg(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("num",))
     b = ctx.pick(rng, t.name, ("cat",))
@@ -917,7 +921,7 @@ def _child_link(ctx: DbContext, rng: random.Random) -> tuple[Table, Col, Table] 
     return t, fk, ctx.db.table(fk.fk)
 
 
-def t_not_in(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_not_in(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     found = _child_link(ctx, rng)
     if found is None:
         return None
@@ -935,7 +939,7 @@ def t_not_in(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
     return Cand(3, f"the number of {p.plural} that have no {t.plural} {phrase}", [a], render, [hint], fixed_level=True)
 
 
-def t_cte(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_cte(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     found = _child_link(ctx, rng)
     if found is None:
         return None
@@ -955,7 +959,7 @@ def t_cte(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 [a], render, [hint], fixed_level=True)
 
 
-def t_max_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_max_parent(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     found = _child_link(ctx, rng)
     if found is None:
         return None
@@ -977,7 +981,7 @@ def t_max_parent(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
                 fixed_level=True)
 
 
-def t_diff(ctx: DbContext, rng: random.Random, dev: bool) -> Cand | None:
+def t_diff(ctx: DbContext, rng: random.Random, evidence: bool) -> Cand | None:
     t = rng.choice(ctx.db.tables)
     a = ctx.pick(rng, t.name, ("cat",))
     if a is None:
@@ -1068,10 +1072,11 @@ def _phrase(rng: random.Random, np: str, db_id: str) -> tuple[str, str]:
     return style, rng.choice(STYLES[style]).format(np=np, NP=np[0].upper() + np[1:], db=db_id)
 
 
-def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, dev: bool,
-                       seen: set[tuple[str, str]]) -> list[tuple[str, str, Question]]:
-    """`n` distinct questions (text and gold SQL both new per database) as (style, text, question)."""
-    out: list[tuple[str, str, Question]] = []
+def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, evidence_share: float,
+                       seen: set[tuple[str, str]]) -> list[tuple[str, str, Question, bool]]:
+    """`n` distinct questions (text and gold SQL both new per database) as (style, text, question,
+    with_evidence); a share `evidence_share` of them is phrased to be read with its evidence."""
+    out: list[tuple[str, str, Question, bool]] = []
     attempts = 0
     while len(out) < n:
         attempts += 1
@@ -1079,7 +1084,8 @@ def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, dev: b
             raise RuntimeError(f"tiny world: only {len(out)} of {n} questions after {attempts} attempts")
         ctx = rng.choice(ctxs)
         level = rng.choices(range(len(LEVELS)), LEVEL_MIX)[0]
-        cand = rng.choice(TEMPLATES[level])(ctx, rng, dev)
+        with_evidence = rng.random() < evidence_share
+        cand = rng.choice(TEMPLATES[level])(ctx, rng, with_evidence)
         q = realise(ctx, cand, rng) if cand is not None else None
         if q is None:
             continue
@@ -1088,7 +1094,7 @@ def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, dev: b
         if keys & seen:
             continue
         seen |= keys
-        out.append((style, text, q))
+        out.append((style, text, q, with_evidence))
     return out
 
 
@@ -1127,19 +1133,19 @@ def _write_world(root: Path, seed: int, n_train: int, n_dev: int) -> dict:
         ctxs = [DbContext(db, cons[db.db_id]) for db in DB_SPECS]
         seen: set[tuple[str, str]] = set()
         train = generate_questions([c for c in ctxs if not c.db.dev_only], n_train,
-                                   random.Random(f"{seed}:train"), False, seen)
-        dev = generate_questions(ctxs, n_dev, random.Random(f"{seed}:dev"), True, seen)
+                                   random.Random(f"{seed}:train"), TRAIN_EVIDENCE_SHARE, seen)
+        dev = generate_questions(ctxs, n_dev, random.Random(f"{seed}:dev"), 1.0, seen)
     finally:
         for con in cons.values():
             con.close()
 
     data, dev_rows, routes = [], [], {"train": {}, "dev": {}}
-    for i, (style, text, q) in enumerate(train):
+    for i, (style, text, q, with_evidence) in enumerate(train):
         data.append({"db_id": q.db_id, "sql_complexity": q.level, "question_style": style, "question": text,
-                     "external_knowledge": "", "cot": "", "sql": q.sql})
+                     "external_knowledge": q.evidence if with_evidence else "", "cot": "", "sql": q.sql})
         if len(q.routes) > 1:
             routes["train"][str(i)] = q.routes
-    for i, (_, text, q) in enumerate(dev):
+    for i, (_, text, q, _) in enumerate(dev):
         dev_rows.append({"question_id": i, "db_id": q.db_id, "question": text, "evidence": q.evidence,
                          "SQL": q.sql, "difficulty": BIRD_DIFFICULTY[q.level]})
         if len(q.routes) > 1:
@@ -1154,6 +1160,7 @@ def _write_world(root: Path, seed: int, n_train: int, n_dev: int) -> dict:
         "train": {"questions": len(data), "route_share": round(len(routes["train"]) / max(1, len(data)), 4),
                   "by_complexity": dict(sorted(Counter(r["sql_complexity"] for r in data).items())),
                   "by_style": dict(sorted(Counter(r["question_style"] for r in data).items())),
+                  "with_evidence": sum(bool(r["external_knowledge"]) for r in data),
                   "by_db": dict(sorted(Counter(r["db_id"] for r in data).items()))},
         "dev": {"questions": len(dev_rows), "route_share": round(len(routes["dev"]) / max(1, len(dev_rows)), 4),
                 "by_difficulty": dict(sorted(Counter(r["difficulty"] for r in dev_rows).items())),

@@ -314,6 +314,16 @@ def test_a_worker_killed_on_the_gold_fails_that_gold_only(db):
     assert all(s.correct for s in scores[3:])
 
 
+def test_a_worker_that_died_while_idle_is_replaced_on_the_next_batch(db):
+    items = [(f"SELECT {i}", f"SELECT {i}", db) for i in range(40)]
+    assert all(s.correct for s in score_batch(items, workers=2, progress=False))
+    victim = executor._POOL.workers[0].proc
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=5)
+    scores = score_batch(items, workers=2, progress=False)
+    assert scores.worker_deaths == 1 and all(s.correct for s in scores)
+
+
 def test_a_hung_worker_is_killed_by_the_backstop(db):
     """A stopped worker (SIGSTOP) never answers; the pool kills it after 2 x timeout + 5 s."""
     gold = "SELECT a FROM t"

@@ -155,18 +155,49 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(c, world))
 
 
-def test_value_swap_makes_up_the_same_value_in_question_and_sql():
+def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
     import random
+    import re
 
     from acesql_lib.tinybase import swap_values
 
-    question = "How many members whose city is Oslo and whose team is Blue Owls, older than 30?"
+    question = "How many members whose city is Oslo and whose team is Blue Owls, with a high age?"
+    evidence = "Oslo refers to city = 'Oslo'; high age refers to age > 30"
     sql = ("SELECT COUNT(*) FROM members WHERE members.city = 'Oslo' AND members.team = 'Blue Owls' "
-           "AND members.age > 30 AND members.note = 'Osloish'")
-    q, s = swap_values(question, sql, random.Random(1))
-    assert "Oslo " not in q and "Blue Owls" not in q and "'Oslo'" not in s and "'Blue Owls'" not in s
-    fakes = [v for v in __import__("re").findall(r"'([^']*)'", s)][:2]
-    assert all(f in q for f in fakes) and len(set(fakes)) == 2
-    assert "'Osloish'" in s and "older than 30" in q and "> 30" in s  # not spelled in the question; numbers kept
-    assert swap_values("How many members?", "SELECT COUNT(*) FROM members", random.Random(1)) is None
-    assert swap_values(question, sql, random.Random(1)) == (q, s)  # seeded
+           "AND members.age > 30 AND members.note = 'Osloish' AND members.id > 2024")
+    q, e, s = swap_values(question, evidence, sql, random.Random(1))
+    assert "Oslo" not in q + e and "Blue Owls" not in q and "'Oslo'" not in s and "'Blue Owls'" not in s
+    fakes = re.findall(r"'([^']*)'", s)[:2]
+    assert all(f in q for f in fakes) and len(set(fakes)) == 2 and f"city = '{fakes[0]}'" in e
+    # the compared number is made up too, with as many digits, the same in evidence and SQL
+    new_age = re.search(r"age > (\d+)", s).group(1)
+    assert new_age != "30" and len(new_age) == 2 and e.endswith(f"age > {new_age}")
+    # literals the text does not spell out stay as they are
+    assert "'Osloish'" in s and "id > 2024" in s
+    assert swap_values("How many members?", "", "SELECT COUNT(*) FROM members", random.Random(1)) is None
+    assert swap_values(question, evidence, sql, random.Random(1)) == (q, e, s)  # seeded
+
+
+def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_path):
+    from acesql_lib.config import load_config
+    from acesql_lib.datasets import load_synsql, schemas_for
+    from acesql_lib.tinybase import _sample_text, base_tokenizer, gold_samples
+    from acesql_lib.tinyworld import build_tinyworld
+
+    world = build_tinyworld(tmp_path / "world", n_train=300, n_dev=60)
+    pool = list(load_synsql(world.train_json, world.train_db_root))
+    samples, _ = gold_samples(pool, schemas_for(pool, 0))
+    dev = json.loads(world.dev_json.read_text())
+    held_out = [r["evidence"] + "\n" + r["question"] + "\n" + r["SQL"] for r in dev]
+
+    def unseen_share(vocab_size: int) -> float:
+        """Share of held-out tokens that never occur in the training text (their embeddings stay random)."""
+        tok = base_tokenizer(samples, vocab_size)
+        seen = {i for s in samples for i in tok(_sample_text(s), add_special_tokens=False).input_ids}
+        ids = [i for text in held_out for i in tok(text, add_special_tokens=False).input_ids]
+        return sum(i not in seen for i in ids) / len(ids)
+
+    ours = unseen_share(load_config("tiny").model.tiny_vocab_size)
+    # a vocabulary too large for the training text is full of intermediate merges that never occur
+    # whole in it, and held-out words are cut into exactly those
+    assert ours < 0.02 and unseen_share(2048) > 5 * ours

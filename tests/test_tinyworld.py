@@ -134,6 +134,17 @@ def test_train_pool_is_synsql_format(world, train):
     assert len({r["question"] for r in train}) == len(train)
 
 
+def test_part_of_the_train_pool_is_read_with_evidence_as_dev_is(train, dev):
+    with_evidence = [r for r in train if r["external_knowledge"]]
+    assert 0.4 * len(train) <= len(with_evidence) <= 0.6 * len(train)
+    # BIRD's style: "a high price" in the question, the number only in the evidence; without
+    # evidence the question names the number itself
+    vague = [r for r in with_evidence if re.search(r"with a (high|low) ", r["question"])]
+    assert vague and all(re.search(r"(high|low) .* refers to .* [<>] ", r["external_knowledge"]) for r in vague)
+    assert not any(re.search(r"with a (high|low) ", r["question"]) for r in train if not r["external_knowledge"])
+    assert any(re.search(r"with a (high|low) ", r["question"]) for r in dev)
+
+
 def test_dev_set_is_bird_format_with_unseen_databases(world, train, dev):
     result = load_bird(world.dev_json, world.dev_db_root)
     assert not result.skipped and len(result) == len(dev) >= 300
@@ -172,7 +183,7 @@ def test_every_gold_executes_with_a_small_nonempty_result(world, train, dev):
 def test_values_are_shared_verbatim_by_question_and_sql(train, dev):
     for r in train:
         for value in re.findall(r"'((?:[^']|'')*)'", r["sql"]):
-            assert value.replace("''", "'") in r["question"], (r["question"], r["sql"])
+            assert value.replace("''", "'") in r["question"] + r["external_knowledge"], (r["question"], r["sql"])
         for number in re.findall(r"\d+(?:\.\d+)?", r["question"]):  # thresholds are copied, not rephrased
             assert number in r["sql"], (r["question"], r["sql"])
     for r in dev:
