@@ -164,3 +164,22 @@ def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, t
     fresh.train(stop_after=1)
     trainer_for({**over, "grpo.learning_rate": 1e-3})  # another RL setting
     assert (run / "grpo" / "full.stale-2" / "checkpoint-1" / "COMPLETE").exists()
+
+
+def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path):
+    run = fresh_run(template, tmp_path, "v")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    asked, generate = [], trainer.engine.generate
+
+    def recording(prompts, n=1, **kw):  # the real engine, with its calls noted
+        out = generate(prompts, n=n, **kw)
+        asked.append((len(prompts), n, len(out)))
+        return out
+
+    trainer.engine.generate = recording
+    m = trainer.validate()
+    n_val = len(trainer.val_tasks)
+    assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, 1), (n_val, 3)]  # retriever once, generator 3x
+    assert 0.0 <= m["val/ex"] <= 100.0
+    assert abs(m["val/ex"] * n_val * 3 / 100 - round(m["val/ex"] * n_val * 3 / 100)) < 1e-6
