@@ -346,10 +346,15 @@ class JointGRPO:
         log = self.out / "metrics.jsonl"
         previous = _install_sigterm(self)
         bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", disable=not self.progress)
+        # The starting point of the validation curve, before any update; logged with step 1 as
+        # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
+        start = self.validate() if self.val_tasks and self.state.step == 0 else {}
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
                 report = self.step()
                 m = report.metrics
+                m.update({f"{k}_start": v for k, v in start.items()})
+                start = {}
                 if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
                     m.update(self.validate())
                 if self.acc.is_main_process:

@@ -59,6 +59,7 @@ def test_one_step_logs_trl_metrics_and_moves_parameters(template, tmp_path):
                 "grad_norm", "pool/sets_per_question_mean", "route/alt_share", "exec/match_rate"):
         assert key in m, key
     assert reports[0].metrics["w_gen"] == 0.0  # §4 step 9: no generator gradient at step 1
+    assert "val/ex_start" in reports[0].metrics and "val/ex_start" not in reports[1].metrics  # before any update
     changed = [k for k, v in trainer.unwrapped.named_parameters() if not torch.equal(v, before[k])]
     assert len(changed) == len(before), "every parameter should move"
     lines = (run / "grpo" / "full" / "metrics.jsonl").read_text().splitlines()
