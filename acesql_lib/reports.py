@@ -137,10 +137,13 @@ class ReportInputs:
         return self._nested("06_ablations", "variants")
 
     def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
-        """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`."""
+        """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`;
+        runs set aside as `<variant>.stale-N` (started from other settings) are not this run's."""
         if self._logs is None:
             self._logs = {}
             for path in sorted((self.run_dir / "grpo").glob("*/metrics.jsonl")):
+                if ".stale-" in path.parent.name:
+                    continue
                 rows = []
                 for line_no, rec in self._jsonl(path):
                     if _num(rec.get("step")) is None:

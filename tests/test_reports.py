@@ -61,7 +61,7 @@ def write_inputs(root: Path) -> reports.ReportDirs:
     (dirs.metrics / "06_ablations.json").write_text(json.dumps(ablations))
     (dirs.metrics / "02_self_distillation.json").write_text(json.dumps(
         {"alt_route_share": 0.274, "pass_rate_hist": {str(k): 40 - 4 * k for k in range(9)}}))
-    for variant in ("full", "no_pcgrad"):
+    for variant in ("full", "no_pcgrad", "full.stale-1"):  # a run set aside (other settings) is not plotted
         log = dirs.run / "grpo" / variant / "metrics.jsonl"
         log.parent.mkdir(parents=True)
         lines = [json.dumps(_step(s, variant)) for s in range(1, 11)]
@@ -260,3 +260,9 @@ def test_paper_results_file_missing_a_section_is_named(tmp_path):
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(reports.ReportInputError, match="paper_results.yaml: missing section 'ablation'"):
         reports.load_paper_results(bad)
+
+
+def test_runs_set_aside_as_stale_are_not_variants(built):
+    dirs, _ = built
+    assert (dirs.run / "grpo" / "full.stale-1" / "metrics.jsonl").exists()
+    assert sorted(reports.ReportInputs(dirs.metrics, dirs.run).grpo_logs()) == ["full", "no_pcgrad"]
