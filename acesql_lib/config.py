@@ -230,6 +230,7 @@ class GRPOConfig:
         _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
         _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
+        _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")
         _check(self.compare_mode in ("set", "multiset", "spider"), "grpo.compare_mode", "must be set, multiset or spider")

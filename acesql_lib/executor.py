@@ -20,7 +20,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import permutations
 from pathlib import Path
@@ -521,7 +521,6 @@ def _worker_main(conn, cursor) -> None:
 
 class _Worker:
     def __init__(self, ctx) -> None:
-        from collections import deque
         self.conn, child = ctx.Pipe()
         self.cursor = ctx.RawValue("q", 0)
         self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor), daemon=True, name="acesql-executor")
@@ -551,14 +550,13 @@ class _Worker:
         except OSError:  # the worker is gone; the pool sees it dead and hands the task to another
             pass
 
-    def answer(self) -> tuple:
+    def answer(self) -> None:
         """Pop the next pending item; forget its task once all of it is answered."""
         item = self.pending.popleft()
         self.answered += 1
         if not self.pending or self.pending[0][1] != item[1]:
             self.tasks.pop(item[1], None)
             self.gold.pop(item[1], None)
-        return item
 
     def in_flight(self) -> tuple | None:
         """The item running now (or when the worker died): started but not answered."""
@@ -605,7 +603,6 @@ class _Pool:
 
     def run(self, tasks: list[_Task], on_gold, on_pred) -> int:
         """Run every task, calling on_gold(task, status, error) and on_pred(index, Score); returns deaths."""
-        from collections import deque
         from multiprocessing.connection import wait
         with self.lock:
             queue, deaths = deque(tasks), 0
@@ -649,12 +646,12 @@ class _Pool:
             w.last_seen = time.monotonic()
             for msg in batch:
                 task = w.tasks[w.pending[0][1]]
-                w.answer()
                 if msg[0] == "gold":
                     w.gold[msg[1]] = (msg[2], msg[3])
                     on_gold(task, msg[2], msg[3])
                 else:
                     on_pred(msg[1], msg[2])
+                w.answer()
         return True
 
     @staticmethod

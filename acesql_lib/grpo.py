@@ -313,7 +313,7 @@ class JointGRPO:
             return {}
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
-        k = max(1, self.g.val_samples)
+        k = self.g.val_samples
         rolls = rollout(share, self.engine, self.tokenizer, n_retriever=1, n_generator=k,
                         temperature=self.g.val_temperature, top_p=self.g.top_p,
                         max_new_tokens=self.g.max_response_tokens, style=self.style,

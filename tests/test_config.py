@@ -56,6 +56,11 @@ def test_bad_value_names_key_and_file(tmp_path):
     assert "grpo.pcgrad" in str(e.value) and path in str(e.value)
 
 
+def test_validation_needs_at_least_one_sample(tmp_path):
+    with pytest.raises(ConfigError, match="grpo.val_samples"):
+        load_config(write(tmp_path, "grpo:\n  val_samples: 0\n"))
+
+
 def test_int_accepted_for_float_and_overrides(tmp_path):
     cfg = load_config(write(tmp_path, "grpo:\n  gamma: 1\n"), {"grpo.kl_coef": 0.01, "seed": 3})
     assert cfg.grpo.gamma == 1.0 and isinstance(cfg.grpo.gamma, float)
