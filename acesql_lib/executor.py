@@ -28,7 +28,8 @@ from typing import Iterator, Sequence
 
 from tqdm.auto import tqdm
 
-STATUSES = ("ok", "error", "timeout", "too_large", "blocked")
+STATUSES = ("ok", "error", "timeout", "too_large", "blocked", "wrong_shape")  # wrong_shape: see _run_task
+VALID_STATUSES = ("ok", "wrong_shape")  # a prediction that compiled and has a verdict (not an execution failure)
 MODES = ("set", "multiset", "spider")
 BIRD_SEPARATOR = "\t----- bird -----\t"  # official BIRD prediction format
 MAX_SQL_BYTES = 2_000_000  # UNKNOWN (kit): longer SQL is refused before SQLite parses it
@@ -304,6 +305,28 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
             conn.set_progress_handler(None, PROGRESS_STEPS)
 
 
+def result_width(db_path: str | Path, sql: str, conn: _SandboxConnection | None = None) -> int | None:
+    """How many columns `sql` returns, read from its compiled program (EXPLAIN: prepared, never
+    run), so a query whose answer cannot match is known wrong before it spends its deadline.
+    None when it does not compile here; `execute` then reports why."""
+    if check_sql(sql):
+        return None
+    try:
+        conn = conn if conn is not None else _cached_connection(db_path)
+    except DatabaseOpenError:
+        return None
+    with conn.guard.lock:
+        conn.guard.denied = ""
+        try:
+            cur = conn.execute("EXPLAIN " + sql)
+            try:
+                return next((row[3] for row in cur if row[1] == "ResultRow"), None)
+            finally:
+                cur.close()
+        except Exception:  # noqa: BLE001 - untrusted SQL; execute() classifies the failure
+            return None
+
+
 open_readonly = _open_readonly
 
 
@@ -454,7 +477,9 @@ def _run_task(task: _Task) -> Iterator[tuple]:
     """Messages ("gold", status, error) then ("pred", index, Score) per prediction, in order.
 
     A prediction textually equal to the gold or to an earlier prediction of the same group reuses
-    that result (a read-only database answers a deterministic query the same way twice).
+    that result (a read-only database answers a deterministic query the same way twice). When the
+    gold returned rows, a prediction with another number of columns cannot match in any mode: it is
+    compiled but not run, status "wrong_shape" (a slow or runaway wrong query costs a prepare).
     """
     if task.gold_known is None:
         gold = _gold_result(task)
@@ -463,12 +488,18 @@ def _run_task(task: _Task) -> Iterator[tuple]:
     else:
         gold, (gold_status, gold_error) = None, task.gold_known
     seen: dict[str, ExecResult] = {task.gold_sql: gold} if gold is not None else {}
+    width = len(gold.columns) if gold is not None and gold_status == "ok" and gold.rows else None
     for idx, sql in task.preds:
         result = seen.get(sql) if isinstance(sql, str) else None
+        if result is None and width is not None and isinstance(sql, str):
+            got = result_width(task.db_path, sql)
+            if got is not None and got != width:
+                result = ExecResult("wrong_shape", error=f"returns {got} column(s), the gold's rows have {width}: "
+                                                         "cannot match, so it was compiled but not run")
         if result is None:
             result = execute(task.db_path, sql, task.timeout_s, task.max_rows)
-            if isinstance(sql, str) and not _NONDETERMINISTIC.search(sql):
-                seen[sql] = result
+        if isinstance(sql, str) and sql not in seen and not _NONDETERMINISTIC.search(sql):
+            seen[sql] = result
         correct = (gold is not None and gold_status == "ok" and result.status == "ok"
                    and rows_match(result.rows, gold.rows, task.mode, permute_columns=task.permute_columns,
                                   order_matters=task.order_matters))

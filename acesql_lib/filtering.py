@@ -44,7 +44,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from .config import FilteringConfig
-from .executor import score_batch
+from .executor import VALID_STATUSES, score_batch
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set
 
@@ -205,7 +205,7 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
         for e, s in zip(pool, scores):
             if s.gold_status != "ok":
                 reasons.append(f"sql_{s.gold_status}")  # sql_error, sql_timeout, sql_too_large, sql_blocked
-            elif s.pred_status != "ok":  # the probe itself failed (a worker died): emptiness unknown
+            elif s.pred_status not in VALID_STATUSES:  # the probe itself failed (a worker died): emptiness unknown
                 reasons.append("sql_check_failed")
             elif cfg.drop_empty_results and s.correct:
                 reasons.append("sql_empty_result")

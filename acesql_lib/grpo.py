@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from . import checkpoint as ckpt
 from .config import Config, GRPOConfig
+from .executor import VALID_STATUSES
 from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool
 from .rewards import LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, retriever_reward
@@ -448,7 +449,7 @@ def _rollout_metrics(rolls: Sequence[QuestionRollout]) -> dict[str, float]:
     n = sum(len(r.matches) for r in rolls)
     alt = sum(1 for r in rolls for s in r.match_sets if s is not None and s != r.task.gold_columns)
     resolved = sum(1 for r in rolls for s in r.match_sets if s is not None)
-    errors = sum(1 for r in rolls for st in r.exec_status if st not in ("ok",))
+    errors = sum(1 for r in rolls for st in r.exec_status if st not in VALID_STATUSES)
     return {"exec/match_rate": matches / max(n, 1), "exec/error_rate": errors / max(n, 1),
             "route/alt_share": alt / resolved if resolved else 0.0,
             "vote/columns": sum(len(r.selected) for r in rolls) / max(len(rolls), 1)}

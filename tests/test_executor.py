@@ -10,11 +10,12 @@ import time
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import (count_statements, execute, gold_has_order_by, read_bird_predictions, rows_match,
+from acesql_lib.executor import (count_statements, execute, gold_has_order_by, read_bird_predictions, result_width, rows_match,
                                  score_batch, write_bird_predictions)
 
 N_ROWS = 2000
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+RUNAWAY_2COLS = RUNAWAY.replace("SELECT count(*)", "SELECT 1, count(*)")
 
 
 def make_db(path, n_rows=N_ROWS):
@@ -239,12 +240,28 @@ def batch_items(db, broken_db):
         gold = f"SELECT a, count(*) FROM t WHERE id > {g * 100} AND a < 99 GROUP BY a"
         same = f"SELECT a, COUNT(id) FROM t WHERE {g * 100} < id AND a < 99 GROUP BY 1"
         for pred, ok in [(gold, True), (same, True), (same + " ORDER BY 2", True), (gold.replace("a < 99", "a < 6"), False),
-                         ("SELECT nope FROM t", False), ("DELETE FROM t", False), (RUNAWAY, False), (same, True)]:
+                         ("SELECT nope FROM t", False), ("DELETE FROM t", False), (RUNAWAY_2COLS, False), (same, True)]:
             items.append((pred, gold, db))
             expect.append(ok)
     items += [("SELECT 1", "SELECT missing_col FROM t", db), ("SELECT 1", "SELECT 1", broken_db)]
     expect += [False, False]
     return items, expect
+
+
+def test_a_prediction_that_cannot_match_the_golds_shape_is_not_run(db):
+    gold = "SELECT a, count(*) FROM t WHERE a < 99 GROUP BY a"  # 2 columns, 7 rows
+    items = [(RUNAWAY, gold, db), ("SELECT a FROM t", gold, db), (RUNAWAY_2COLS, gold, db),
+             ("SELECT nope FROM t", gold, db),  # does not compile: execute() reports it
+             (RUNAWAY, "SELECT a, a FROM t WHERE 0", db)]  # empty gold: any width may match, so it runs
+    scores = score_batch(items * 4, timeout_s=0.5, workers=2, progress=False)
+    got = [(s.pred_status, s.correct) for s in scores[:5]]
+    assert got == [("wrong_shape", False), ("wrong_shape", False), ("timeout", False), ("error", False),
+                   ("timeout", False)]
+    assert "1 column(s)" in scores[0].pred_error and "have 2" in scores[0].pred_error
+    assert scores[0].pred_elapsed_s == 0.0 and scores[2].pred_elapsed_s >= 0.5
+    assert [(s.pred_status, s.correct) for s in scores] == got * 4
+    assert result_width(db, RUNAWAY) == 1 and result_width(db, "SELECT * FROM t") == 4
+    assert result_width(db, "DELETE FROM t") is None and result_width(db, "SELECT 1; SELECT 2") is None
 
 
 def test_score_batch_in_process_and_pool_agree(db, tmp_path):
@@ -297,7 +314,7 @@ def _run_with_killer(items, kind, idx, sig, timeout_s):
 
 def test_a_killed_worker_costs_only_its_triple(db):
     gold = "SELECT a, count(*) FROM t GROUP BY a"
-    items = [(gold, gold, db)] * 6 + [(RUNAWAY, gold, db)] + [(gold, gold, db)] * 6
+    items = [(gold, gold, db)] * 6 + [(RUNAWAY_2COLS, gold, db)] + [(gold, gold, db)] * 6
     items += [(f"SELECT {i}", f"SELECT {i}", db) for i in range(12)]
     scores, wall = _run_with_killer(items, "pred", 6, signal.SIGKILL, timeout_s=20)
     assert scores.worker_deaths == 1 and wall < 15  # the 20 s query did not run out its clock
