@@ -143,6 +143,7 @@ class DistillConfig:
     rl_max_correct: int = 14
     n_validation: int = 40  # §3.4: held-out validation pairs (at most half of the eligible questions)
     n_rl_train: int = 2913  # §3.4: RL training pairs (cap)
+    sft_excludes_validation: bool = True  # UNKNOWN (§3.4 "held-out"): keep the validation pairs out of the SFT data
     shard_size: int = 256  # questions per distillation shard; a killed run loses at most one
     exec_timeout_s: float = 30.0
     compare_mode: str = "multiset"  # §4 step 4: training match is a multiset, floats rounded to 6 places

@@ -160,16 +160,25 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
     samples, correct_sets, gold, pass_counts = [], {}, {}, {}
     n_correct = n_alt = 0
     for rec in records:
-        t = by_id[rec["qid"]]
-        ex = t.example
-        good = [g for g in rec["generator"] if g["match"] and g["well_formed"]]
         pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
         gold[rec["qid"]] = rec["gold_columns"]
         sets = [g["columns"] for g in rec["generator"] if g["match"] and g["columns"]]
         correct_sets[rec["qid"]] = sets
         n_correct += len(sets)
         n_alt += sum(1 for s in sets if s != rec["gold_columns"])
-        if not good:
+    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
+    # but never more than half of them, so a small run still has questions to train on
+    eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
+    rng.shuffle(eligible)
+    n_val = min(d.n_validation, len(eligible) // 2)
+    rl_validation = sorted(eligible[:n_val])
+    rl_train = sorted(eligible[n_val:n_val + d.n_rl_train])
+    held_out = set(rl_validation) if d.sft_excludes_validation else set()
+    for rec in records:
+        t = by_id[rec["qid"]]
+        ex = t.example
+        good = [g for g in rec["generator"] if g["match"] and g["well_formed"]]
+        if not good or rec["qid"] in held_out:
             continue
         trace = choose_trace([g for g in good if g["columns"]] or good, d.trace_choice, rng)
         target = set(trace["columns"] or rec["gold_columns"])
@@ -181,13 +190,6 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(target, _retriever_think(rec, target))}]})
     pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
-    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
-    # but never more than half of them, so a small run still has questions to train on
-    eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
-    rng.shuffle(eligible)
-    n_val = min(d.n_validation, len(eligible) // 2)
-    rl_validation = sorted(eligible[:n_val])
-    rl_train = sorted(eligible[n_val:n_val + d.n_rl_train])
     hist = Counter(pass_counts.values())
     summary = {
         "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,

@@ -32,7 +32,8 @@ def record(task, gen):
 def test_products_from_fixed_rollouts(tasks):
     _, ts = tasks
     cfg = load_config("tiny", {"distill.n_generator": 4, "distill.rl_min_correct": 1, "distill.rl_max_correct": 3,
-                               "distill.n_validation": 1, "distill.trace_choice": "shortest"})
+                               "distill.n_validation": 1, "distill.trace_choice": "shortest",
+                               "distill.sft_excludes_validation": False})
     g0 = sorted(ts[0].gold_columns)
     alt = g0[:-1] + ["alt.col"]
     recs = [record(ts[0], [(True, g0, 30), (True, alt, 20), (True, g0, 25), (False, None, 10)]),  # 3 of 4
@@ -57,6 +58,21 @@ def test_products_from_fixed_rollouts(tasks):
     # alternative routes: correct rollouts whose column set differs from the gold SQL's
     assert p.alt_route_share == pytest.approx(1 / 8)  # 8 correct rollouts (3 + 4 + 1), one on "alt"
     assert p.summary["pass_rate_hist"] == {"0": 1, "1": 1, "2": 0, "3": 1, "4": 1}
+
+
+def test_validation_questions_are_held_out_of_the_sft_data(tasks):
+    _, ts = tasks
+    recs = [record(t, [(True, sorted(t.gold_columns), 12), (False, None, 5)]) for t in ts]  # all 1 of 2
+    settings = {"distill.n_generator": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 1,
+                "distill.n_validation": 2}
+    held = build_products(load_config("tiny", settings), ts, recs, style="tiny")
+    kept = build_products(load_config("tiny", {**settings, "distill.sft_excludes_validation": False}), ts, recs,
+                          style="tiny")
+    assert len(held.rl_validation) == 2 and held.rl_validation == kept.rl_validation
+    assert held.rl_train == kept.rl_train and len(held.rl_train) == len(ts) - 2
+    assert {s["qid"] for s in held.sft_samples} == set(held.rl_train)  # validation never trained on
+    assert {s["qid"] for s in kept.sft_samples} == {t.qid for t in ts}
+    assert held.pool.stats() == kept.pool.stats()  # the pool still counts every correct rollout
 
 
 def test_unusable_questions_are_counted_and_skipped(tasks, tmp_path):
