@@ -55,7 +55,9 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     distill = m("02_self_distillation")
     assert distill["questions"] == SMOKE["filtering.target_size"]
     assert sum(distill["pass_rate_hist"].values()) == distill["questions"]
-    assert distill["sft_samples"]["retriever"] == distill["sft_samples"]["generator"] == distill["questions_with_correct"] > 0
+    # one SFT pair per question with a correct rollout, except the validation questions (held out of SFT)
+    assert distill["sft_samples"]["retriever"] == distill["sft_samples"]["generator"] == \
+        distill["questions_with_correct"] - distill["rl_validation"] > 0
     assert distill["rl_train"] > 0 and 0.0 <= distill["alt_route_share"] <= 1.0
     sft = m("03_mixed_sft")
     assert sft["steps"] > 0 and 0 <= sft["validation_ex_base"] <= 100 and 0 <= sft["validation_ex_sft"] <= 100
