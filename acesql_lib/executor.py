@@ -315,8 +315,7 @@ def result_width(db_path: str | Path, sql: str, conn: _SandboxConnection | None 
         conn = conn if conn is not None else _cached_connection(db_path)
     except DatabaseOpenError:
         return None
-    with conn.guard.lock:
-        conn.guard.denied = ""
+    with conn.guard.lock:  # a denial noted here is reset by execute() before it runs anything
         try:
             cur = conn.execute("EXPLAIN " + sql)
             try:

@@ -455,6 +455,31 @@ def _rollout_metrics(rolls: Sequence[QuestionRollout]) -> dict[str, float]:
             "vote/columns": sum(len(r.selected) for r in rolls) / max(len(rolls), 1)}
 
 
+def run_summary(log_path: str | Path) -> dict[str, Any]:
+    """The learning check's reading of a run's metrics.jsonl: rewards over the first and last third
+    of the steps, validation before any update and at every check, the pool and PCGrad."""
+    rows = [json.loads(line) for line in Path(log_path).read_text().splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"{log_path}: no logged steps")
+    k = max(1, len(rows) // 3)
+
+    def mean(key: str, part: list[dict]) -> float:
+        return sum(r[key] for r in part) / len(part)
+
+    checks = [r for r in rows if "val/ex" in r]
+    return {
+        "steps": max(r["step"] for r in rows),
+        "reward_generator_first_third": mean("reward/generator", rows[:k]),
+        "reward_generator_last_third": mean("reward/generator", rows[-k:]),
+        "reward_retriever_first_third": mean("reward/retriever", rows[:k]),
+        "reward_retriever_last_third": mean("reward/retriever", rows[-k:]),
+        "val_ex_start": next((r["val/ex_start"] for r in rows if "val/ex_start" in r), None),
+        "val_ex": [r["val/ex"] for r in checks], "val_ex_steps": [r["step"] for r in checks],
+        "pool_target_differs_from_gold_share": rows[-1]["pool/target_differs_from_gold_share"],
+        "pcgrad_conflict_ratio_mean": mean("pcgrad/conflict_ratio", rows),
+    }
+
+
 def _truncate_log(path: Path, step: int) -> None:
     """After a resume, drop log lines of steps that the checkpoint does not contain."""
     if not path.exists():

@@ -19,14 +19,9 @@ import tempfile
 from pathlib import Path
 
 
-def third_means(rows: list[dict], key: str) -> tuple[float, float]:
-    k = max(len(rows) // 3, 1)
-    return statistics.fmean(r[key] for r in rows[:k]), statistics.fmean(r[key] for r in rows[-k:])
-
-
 def run_seed(profile: str, overrides: dict, seed: int, source: Path, work: Path) -> dict:
     from acesql_lib.context import RunContext
-    from acesql_lib.grpo import build_trainer
+    from acesql_lib.grpo import build_trainer, run_summary
 
     run = work / f"seed{seed}"
     shutil.copytree(source, run, ignore=shutil.ignore_patterns("grpo", "eval", "sft_trainer", "shards", "base"))
@@ -34,13 +29,7 @@ def run_seed(profile: str, overrides: dict, seed: int, source: Path, work: Path)
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     trainer.train()
     trainer.engine.close()
-    rows = [json.loads(line) for line in (ctx.paths.grpo_run("full") / "metrics.jsonl").open()]
-    checks = [(r["step"], r["val/ex"]) for r in rows if "val/ex" in r]
-    return {"seed": seed, "steps": len(rows),
-            "generator_reward": third_means(rows, "reward/generator"),
-            "retriever_reward": third_means(rows, "reward/retriever"),
-            "val_ex_start": rows[0].get("val/ex_start"), "val_ex": checks,
-            "pool_target_differs_from_gold": rows[-1]["pool/target_differs_from_gold_share"]}
+    return {"seed": seed, **run_summary(ctx.paths.grpo_run("full") / "metrics.jsonl")}
 
 
 def main() -> None:
@@ -63,14 +52,15 @@ def main() -> None:
         for seed in args.seeds:
             r = run_seed(args.profile, overrides, seed, paths.run, Path(work))
             results.append(r)
-            g, v = r["generator_reward"], r["val_ex"]
-            print(f"seed {seed}: {r['steps']} steps | generator reward {g[0]:.3f} -> {g[1]:.3f} (first -> last third)"
-                  f" | retriever {r['retriever_reward'][0]:.3f} -> {r['retriever_reward'][1]:.3f}"
-                  f" | val EX {r['val_ex_start']:.2f} before, " + ", ".join(f"{e:.2f} @{s}" for s, e in v)
-                  + f" | pool targets != gold {100 * r['pool_target_differs_from_gold']:.1f}%", flush=True)
-    gen = [r["generator_reward"][1] - r["generator_reward"][0] for r in results]
-    val = [r["val_ex"][-1][1] - r["val_ex_start"] for r in results]
-    best = [max(e for _, e in r["val_ex"]) - r["val_ex_start"] for r in results]
+            checks = ", ".join(f"{e:.2f} @{s}" for s, e in zip(r["val_ex_steps"], r["val_ex"]))
+            print(f"seed {seed}: {r['steps']} steps | generator reward {r['reward_generator_first_third']:.3f} -> "
+                  f"{r['reward_generator_last_third']:.3f} (first -> last third) | retriever "
+                  f"{r['reward_retriever_first_third']:.3f} -> {r['reward_retriever_last_third']:.3f} | val EX "
+                  f"{r['val_ex_start']:.2f} before, {checks} | pool targets != gold "
+                  f"{100 * r['pool_target_differs_from_gold_share']:.1f}%", flush=True)
+    gen = [r["reward_generator_last_third"] - r["reward_generator_first_third"] for r in results]
+    val = [r["val_ex"][-1] - r["val_ex_start"] for r in results]
+    best = [max(r["val_ex"]) - r["val_ex_start"] for r in results]
     print(f"generator reward change (last - first third): mean {statistics.fmean(gen):+.3f}, "
           f"rose in {sum(x > 0 for x in gen)}/{len(gen)} seeds")
     print(f"validation EX change (last check - before): mean {statistics.fmean(val):+.2f} points, "

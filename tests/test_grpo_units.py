@@ -1,4 +1,5 @@
 """Pure pieces of the GRPO step: schedule, vote, PPO/KL token loss, log-prob layout."""
+import json
 import math
 
 import pytest
@@ -85,3 +86,23 @@ def test_left_padded_logprobs_equal_unpadded():
             ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c).unsqueeze(-1)).squeeze(-1)
             assert torch.allclose(batched[i, :len(c)], ref, atol=1e-5)
             assert cmask[i].sum() == len(c)
+
+
+def test_run_summary_reads_reward_thirds_and_validation_from_the_log(tmp_path):
+    from acesql_lib.grpo import run_summary
+
+    rows = [{"step": s, "reward/generator": g, "reward/retriever": 1 - g, "pcgrad/conflict_ratio": s / 10,
+             "pool/target_differs_from_gold_share": s / 100} for s, g in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.9], 1)]
+    rows[0]["val/ex_start"] = 40.0
+    rows[2]["val/ex"], rows[5]["val/ex"] = 42.5, 45.0
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = run_summary(log)
+    assert s["steps"] == 6
+    assert s["reward_generator_first_third"] == pytest.approx(0.15) and s["reward_generator_last_third"] == pytest.approx(0.7)
+    assert s["reward_retriever_first_third"] == pytest.approx(0.85) and s["reward_retriever_last_third"] == pytest.approx(0.3)
+    assert (s["val_ex_start"], s["val_ex"], s["val_ex_steps"]) == (40.0, [42.5, 45.0], [3, 6])
+    assert s["pool_target_differs_from_gold_share"] == 0.06 and s["pcgrad_conflict_ratio_mean"] == pytest.approx(0.35)
+    log.write_text("")
+    with pytest.raises(ValueError, match="no logged steps"):
+        run_summary(log)
