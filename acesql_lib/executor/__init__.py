@@ -1,0 +1,35 @@
+"""Sandboxed SQLite execution, result comparison and parallel scoring.
+
+Every reward, filter and metric of the kit runs model-written SQL through this package, so the
+SQL is treated as untrusted:
+- `sandbox`: one statement on a read-only connection with every bound SQLite enforces (authorizer
+  with a function allowlist, statement allowlist, VM deadline, limits, heap, per-row result caps);
+- `compare`: `rows_match` in the modes of BIRD (§5 EX, sets), the paper's training reward (§4 step
+  4, multisets, floats to 6 places) and Spider's test-suite evaluator;
+- `batch`: `execute` and `score_batch` run that SQL in worker processes under a hard deadline (a
+  compile or a single function call that SQLite cannot interrupt is stopped by killing the worker)
+  and an address-space cap, executing each distinct gold once;
+- `bird`: the official prediction format and `python -m acesql_lib.executor`, BIRD's scoring rule.
+"""
+from . import batch, bird, compare, sandbox
+from .batch import (HARD_FACTOR, HARD_MARGIN_S, WORKER_MEMORY_BYTES, Score, ScoreList, execute, score_batch,
+                    shared_pool, shutdown_pool)
+from .bird import (BIRD_SEPARATOR, bird_ex_by_difficulty, load_bird_gold, load_bird_predictions, main,
+                   read_bird_predictions, write_bird_predictions)
+from .compare import MODES, gold_has_order_by, rows_match
+from .sandbox import (ALLOWED_FUNCTIONS, DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, HARD_HEAP_BYTES, MAX_SQL_BYTES,
+                      MAX_VALUE_BYTES, STATUSES, VALID_STATUSES, DatabaseOpenError, ExecResult, check_sql,
+                      count_statements, execute_here, open_readonly, result_width)
+
+__all__ = ["ALLOWED_FUNCTIONS", "BIRD_SEPARATOR", "DEFAULT_MAX_ROWS", "DEFAULT_RESULT_BYTES", "DatabaseOpenError",
+           "ExecResult", "HARD_FACTOR", "HARD_HEAP_BYTES", "HARD_MARGIN_S", "MAX_SQL_BYTES", "MAX_VALUE_BYTES",
+           "MODES", "STATUSES", "Score", "ScoreList", "VALID_STATUSES", "WORKER_MEMORY_BYTES", "bird_ex_by_difficulty",
+           "check_sql", "count_statements", "execute", "execute_here", "gold_has_order_by", "load_bird_gold",
+           "load_bird_predictions", "main", "open_readonly", "read_bird_predictions", "result_width", "rows_match",
+           "score_batch", "shared_pool", "shutdown_pool", "write_bird_predictions"]
+
+
+def __getattr__(name: str):
+    if name == "_POOL":  # the live batch pool (tests and the benchmark inspect it)
+        return batch._POOL
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
