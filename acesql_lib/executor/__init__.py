@@ -14,19 +14,19 @@ SQL is treated as untrusted:
 from . import batch, bird, compare, sandbox
 from .batch import (HARD_FACTOR, HARD_MARGIN_S, WORKER_MEMORY_BYTES, Score, ScoreList, execute, score_batch,
                     shared_pool, shutdown_pool)
-from .bird import (BIRD_SEPARATOR, bird_ex_by_difficulty, load_bird_gold, load_bird_predictions, main,
+from .bird import (BIRD_SEPARATOR, BirdReport, bird_ex_by_difficulty, score_bird, load_bird_gold, load_bird_predictions, main,
                    read_bird_predictions, write_bird_predictions)
 from .compare import MODES, gold_has_order_by, rows_match
 from .sandbox import (ALLOWED_FUNCTIONS, DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, HARD_HEAP_BYTES, MAX_SQL_BYTES,
                       MAX_VALUE_BYTES, STATUSES, VALID_STATUSES, DatabaseOpenError, ExecResult, check_sql,
                       count_statements, execute_here, open_readonly, result_width)
 
-__all__ = ["ALLOWED_FUNCTIONS", "BIRD_SEPARATOR", "DEFAULT_MAX_ROWS", "DEFAULT_RESULT_BYTES", "DatabaseOpenError",
+__all__ = ["ALLOWED_FUNCTIONS", "BIRD_SEPARATOR", "BirdReport", "DEFAULT_MAX_ROWS", "DEFAULT_RESULT_BYTES", "DatabaseOpenError",
            "ExecResult", "HARD_FACTOR", "HARD_HEAP_BYTES", "HARD_MARGIN_S", "MAX_SQL_BYTES", "MAX_VALUE_BYTES",
            "MODES", "STATUSES", "Score", "ScoreList", "VALID_STATUSES", "WORKER_MEMORY_BYTES", "bird_ex_by_difficulty",
            "check_sql", "count_statements", "execute", "execute_here", "gold_has_order_by", "load_bird_gold",
            "load_bird_predictions", "main", "open_readonly", "read_bird_predictions", "result_width", "rows_match",
-           "score_batch", "shared_pool", "shutdown_pool", "write_bird_predictions"]
+           "score_batch", "score_bird", "shared_pool", "shutdown_pool", "write_bird_predictions"]
 
 
 def __getattr__(name: str):

@@ -137,6 +137,47 @@ def bird_ex_by_difficulty(scores: Sequence[Score], difficulties: Sequence[str]) 
     return table
 
 
+@dataclass
+class BirdReport:
+    """What the scoring command computed: verdicts in gold order, the EX table and the counts."""
+
+    scores: list[Score]
+    table: dict[str, tuple[float, int]]
+    missing: int = 0
+    malformed: int = 0
+    other_db: int = 0
+    too_large: int = 0
+    gold_failures: int = 0
+    worker_deaths: int = 0
+
+
+def score_bird(pred_path: str | Path, gold_path: str | Path, db_root: str | Path, mode: str = "set",
+               timeout_s: float = 30.0, max_rows: int | None = None, max_result_bytes: int = DEFAULT_RESULT_BYTES,
+               workers: int = 0, diff_json: str | Path | None = None, progress: bool = True) -> BirdReport:
+    """Score a prediction file against the gold with the official rule (see the module docstring).
+    `max_rows` None: no row cap in set mode (official), DEFAULT_MAX_ROWS otherwise; 0: none."""
+    gold = load_bird_gold(gold_path, diff_json)
+    preds = load_bird_predictions(pred_path)
+    if max_rows is None:
+        max_rows = 0 if mode == "set" else DEFAULT_MAX_ROWS
+    for key, reason in preds.malformed:
+        log.warning("%s: entry %r: %s; scored 0", pred_path, key, reason)
+    items, other_db = [], 0
+    for i, rec in enumerate(gold):
+        sql, db_id = preds.entries.get(i, ("", None))  # a missing prediction scores 0 ("empty SQL")
+        if db_id and db_id != rec["db_id"]:
+            other_db += 1  # the official evaluator runs both SQLs on the database the prediction names
+        db_id = db_id or rec["db_id"]
+        items.append((sql, rec["SQL"], Path(db_root) / db_id / f"{db_id}.sqlite"))
+    scores = score_batch(items, mode=mode, timeout_s=timeout_s, workers=workers, max_rows=max_rows,
+                         max_result_bytes=max_result_bytes, progress=progress)
+    table = bird_ex_by_difficulty(scores, [rec.get("difficulty", "") for rec in gold])
+    return BirdReport(list(scores), table, missing=sum(1 for i in range(len(gold)) if i not in preds.entries),
+                      malformed=len(preds.malformed), other_db=other_db,
+                      too_large=sum(1 for s in scores if s.pred_status == "too_large"),
+                      gold_failures=scores.gold_failures, worker_deaths=scores.worker_deaths)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, int]]:
     ap = argparse.ArgumentParser(description="Score a BIRD prediction file (execution accuracy, official semantics).")
     ap.add_argument("--pred", required=True, help="predict_dev.json (official BIRD format)")
@@ -146,34 +187,23 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, int]]:
     ap.add_argument("--mode", default="set", choices=MODES, help="set = official BIRD EX")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per SQL (official meta_time_out: 30)")
     ap.add_argument("--max-rows", type=int, default=None,
-                    help=f"row cap per result; default none in set mode (official), {DEFAULT_MAX_ROWS} otherwise")
+                    help=f"row cap per result (0 = none); default none in set mode (official), {DEFAULT_MAX_ROWS} otherwise")
     ap.add_argument("--max-result-mb", type=float, default=DEFAULT_RESULT_BYTES / 1e6,
                     help="result-size bound per query (the memory bound; hitting it is an error that scores 0)")
     ap.add_argument("--workers", type=int, default=0)
     args = ap.parse_args(argv)
-    gold = load_bird_gold(args.gold, args.diff_json)
-    preds = load_bird_predictions(args.pred)
-    max_rows = args.max_rows if args.max_rows is not None else (0 if args.mode == "set" else DEFAULT_MAX_ROWS)
-    for key, reason in preds.malformed:
-        log.warning("%s: entry %r: %s; scored 0", args.pred, key, reason)
-    items, other_db = [], 0
-    for i, rec in enumerate(gold):
-        sql, db_id = preds.entries.get(i, ("", None))  # a missing prediction scores 0 ("empty SQL")
-        if db_id and db_id != rec["db_id"]:
-            other_db += 1  # the official evaluator runs both SQLs on the database the prediction names
-        db_id = db_id or rec["db_id"]
-        items.append((sql, rec["SQL"], Path(args.db_root) / db_id / f"{db_id}.sqlite"))
-    scores = score_batch(items, mode=args.mode, timeout_s=args.timeout, workers=args.workers, max_rows=max_rows,
-                         max_result_bytes=int(args.max_result_mb * 1e6))
-    table = bird_ex_by_difficulty(scores, [rec.get("difficulty", "") for rec in gold])
+    try:
+        report = score_bird(args.pred, args.gold, args.db_root, args.mode, args.timeout, args.max_rows,
+                            int(args.max_result_mb * 1e6), args.workers, args.diff_json)
+    except (OSError, ValueError) as e:  # an unusable input file: its name and the reason, no traceback
+        raise SystemExit(f"error: {e}") from None
+    table = report.table
     levels = list(table)
     print("{:20} {:20} {:20} {:20} {:20}".format("", *levels))
     print("{:20} {:<20} {:<20} {:<20} {:<20}".format("count", *(table[k][1] for k in levels)))
     print("======================================    ACCURACY    =====================================")
     print("{:20} {:<20.2f} {:<20.2f} {:<20.2f} {:<20.2f}".format("accuracy", *(table[k][0] for k in levels)))
-    missing = sum(1 for i in range(len(gold)) if i not in preds.entries)
-    too_large = sum(1 for s in scores if s.pred_status == "too_large")
-    print(f"missing predictions: {missing}; malformed predictions: {len(preds.malformed)}; "
-          f"predictions naming another database: {other_db}; results over the memory bound: {too_large}; "
-          f"failed gold queries: {scores.gold_failures}; worker deaths: {scores.worker_deaths}")
+    print(f"missing predictions: {report.missing}; malformed predictions (scored 0): {report.malformed}; "
+          f"predictions naming another database: {report.other_db}; results over the memory bound: "
+          f"{report.too_large}; failed gold queries: {report.gold_failures}; worker deaths: {report.worker_deaths}")
     return table
