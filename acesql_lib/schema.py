@@ -142,6 +142,7 @@ class Schema:
     tables: list[Table]
     text_style: str = "kit"  # default style of `to_ddl` (data.schema_style)
     max_values: int = 6  # values per column when relevant values join the examples (data.max_example_values)
+    values_index: Any = field(default=None, repr=False, compare=False)  # values_index.ValuesIndex, or None
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -326,6 +327,12 @@ class Schema:
         for t in self.tables:
             for c in t.columns:
                 c.examples = list(by_lower.get(f"{t.name}.{c.name}".lower(), []))
+
+    def text_for(self, question: str, selected: Iterable[str] | None = None) -> str:
+        """The schema text a prompt about `question` shows: `to_ddl` with the question's relevant
+        values from `values_index` (none when no index is attached)."""
+        relevant = self.values_index.relevant_values(question) if self.values_index is not None else None
+        return self.to_ddl(selected, relevant_values=relevant)
 
     def to_ddl(self, selected: Iterable[str] | None = None, relevant_values: dict[str, list] | None = None,
                style: str | None = None) -> str:
