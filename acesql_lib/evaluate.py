@@ -252,7 +252,14 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     examples = list(loaded)
     if cfg.eval.max_examples:
         examples = examples[: cfg.eval.max_examples]
-    return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
+    schemas = schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
+    from .values_index import attach  # profile text style and question-relevant values (§2)
+
+    cache = Paths.from_config(cfg).run / "values_index"
+    for ex in examples:
+        if schemas[ex.db_id].values_index is None:
+            attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)
+    return examples, schemas
 
 
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
