@@ -26,6 +26,24 @@ def test_queries_and_match_share():
     assert match_share("Site A", "sold at Site B") == pytest.approx(5 / 6)
 
 
+def test_sparse_top_docs_equal_bm25s_retrieve():
+    """Our per-query top-k reads bm25s's own scores: same documents as `BM25.retrieve` (no ties here)."""
+    values = {"t.name": [f"red {w} box {i}" for i, w in enumerate(["apple", "pear", "fig", "plum"] * 25)],
+              "t.city": ["red city", "blue town", "green apple farm"]}
+    index = ValuesIndex.from_values(values)
+    for tokens in (["red", "appl"], ["box", "plum", "town"], ["green"], ["nowher"]):
+        known = [t for t in tokens if t in index.bm25.vocab_dict]
+        ours = index.top_docs(tokens, 10)
+        if not known:
+            assert ours == []
+            continue
+        docs, scores = index.bm25.retrieve([known], k=10, show_progress=False)
+        expect = [d for d, sc in zip(docs[0].tolist(), scores[0].tolist()) if sc > 0]
+        got_scores = index.bm25.get_scores(known)
+        assert sorted(got_scores[ours].round(5)) == sorted(got_scores[expect].round(5))
+        assert all(got_scores[a] >= got_scores[b] for a, b in zip(ours, ours[1:]))
+
+
 def _authors_rows() -> list[dict]:
     return pq.read_table(ROWS).to_pylist()
 
