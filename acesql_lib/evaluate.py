@@ -170,6 +170,11 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
     chunk = max(1, cfg.engine.hf_batch_size)
     style, thinking, budget = cfg.model.prompt_style, cfg.engine.enable_thinking, cfg.eval.max_new_tokens
+    from .values_index import attach  # the profile's schema text and question-relevant values (§2)
+
+    cache = Paths.from_config(cfg).run / "values_index"
+    for ex in examples:
+        attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)  # cheap once attached
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
 
     # 1. retriever on the full schema
@@ -252,14 +257,7 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     examples = list(loaded)
     if cfg.eval.max_examples:
         examples = examples[: cfg.eval.max_examples]
-    schemas = schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
-    from .values_index import attach  # profile text style and question-relevant values (§2)
-
-    cache = Paths.from_config(cfg).run / "values_index"
-    for ex in examples:
-        if schemas[ex.db_id].values_index is None:
-            attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)
-    return examples, schemas
+    return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
 
 
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,

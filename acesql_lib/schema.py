@@ -201,8 +201,9 @@ class Schema:
                     n_values: int = 2, max_chars: int = 40) -> "Schema":
         """Read a live SQLite file (read-only): tables, declared types, PK, FK, example values (§2).
 
-        Example values: up to `n_values` distinct non-null, non-blob values per column in the
-        order SQLite returns them (deterministic for a given file); strings cut to `max_chars`.
+        Example values: up to `n_values` distinct non-null, non-blob, non-empty values per column in
+        the order SQLite returns them (deterministic for a given file); strings cut to `max_chars`.
+        The authors' sampling skips '' too; it keeps blobs (printed as b'...'), the kit does not.
         `description_dir` is BIRD's `database_description/` (one `<table>.csv` per table).
         """
         path = Path(db_path)
@@ -233,7 +234,7 @@ class Schema:
                     if n_values > 0:
                         c = quote_identifier(col.name)
                         rows = conn.execute(
-                            f"SELECT DISTINCT {c} FROM {q} WHERE {c} IS NOT NULL AND typeof({c}) != 'blob' "
+                            f"SELECT DISTINCT {c} FROM {q} WHERE {c} IS NOT NULL AND {c} != '' AND typeof({c}) != 'blob' "
                             f"LIMIT {int(n_values)}").fetchall()
                         col.examples = [v[:max_chars] if isinstance(v, str) else v for (v,) in rows]
                 tables.append(Table(name, columns, pk, fks))

@@ -223,10 +223,10 @@ def open_index(db_path: str | Path, cache_dir: str | Path, **settings: Any) -> V
 
 def attach(schema: Any, db_path: str | Path, data_cfg: Any, cache_dir: str | Path | None) -> Any:
     """Give `schema` the profile's text style and, when `data.relevant_values` is on, its values index
-    (built or loaded from `cache_dir`). Returns the schema."""
+    (built or loaded from `cache_dir`; kept when already attached). Returns the schema."""
     schema.text_style = data_cfg.schema_style
     schema.max_values = data_cfg.max_example_values
-    if data_cfg.relevant_values and cache_dir is not None:
+    if data_cfg.relevant_values and cache_dir is not None and schema.values_index is None:
         schema.values_index = open_index(db_path, cache_dir, top_k=data_cfg.values_top_k,
                                          min_match=data_cfg.values_min_match, max_hits=data_cfg.values_max_hits)
     return schema

@@ -154,3 +154,35 @@ def test_kit_style_is_unchanged_by_default():
     assert "CONSTRAINT" not in text and "FOREIGN KEY (owner_id) REFERENCES people(id)" in text
     # relevant values go first in the kit style too
     assert "example: ['b', 'you''ve', 'a']" in toy.to_ddl(relevant_values={"PEOPLE.value": ["b"]})
+
+
+def test_authors_text_from_a_live_sqlite_file(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "club.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript("""
+        CREATE TABLE members (id INTEGER, name varchar(20), "year" INTEGER, PRIMARY KEY (id));
+        CREATE TABLE fees (member_id INTEGER, season INTEGER, paid REAL,
+                           PRIMARY KEY (season, member_id), FOREIGN KEY (member_id) REFERENCES members (id));
+        INSERT INTO members VALUES (1, '', 2020), (2, 'Ann', 2021), (3, 'Bo', NULL);
+        INSERT INTO fees VALUES (1, 2020, 10.5);
+    """)
+    conn.commit()
+    conn.close()
+    schema = Schema.from_sqlite(path)
+    schema.text_style = "authors"
+    assert schema.to_ddl() == (
+        "CREATE TABLE members (\n"
+        "    id INTEGER, -- example: [1, 2]\n"
+        "    name varchar(20), -- example: ['Ann', 'Bo']\n"  # declared type as spelt; '' is no example
+        "    \"year\" INTEGER, -- example: [2020, 2021]\n"
+        "    PRIMARY KEY (id)\n"
+        ");\n\n"
+        "CREATE TABLE fees (\n"
+        "    member_id INTEGER, -- example: [1]\n"
+        "    season INTEGER, -- example: [2020]\n"
+        "    paid REAL, -- example: [10.5]\n"
+        "    PRIMARY KEY (member_id, season),\n"  # column order, not declaration order
+        "    CONSTRAINT fk_fees_member_id FOREIGN KEY (member_id) REFERENCES members (id)\n"
+        ");")
