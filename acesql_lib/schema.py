@@ -37,7 +37,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -318,6 +318,19 @@ class Schema:
         return None
 
     # DDL -------------------------------------------------------------------------------------
+    def adopt_descriptions(self, other: "Schema") -> int:
+        """Take each column's description and spelled type from `other` (same database read from its
+        tables.json, the authors' source for both), matching `table.column` case-insensitively; the
+        structure (tables, keys, order) stays this schema's. Returns the number of columns matched."""
+        theirs = {f"{t.name}.{c.name}".lower(): c for t in other.tables for c in t.columns}
+        n = 0
+        for t in self.tables:
+            for c in t.columns:
+                hit = theirs.get(f"{t.name}.{c.name}".lower())
+                if hit is not None:
+                    c.description, c.source_type, n = hit.description, hit.source_type or c.source_type, n + 1
+        return n
+
     def set_examples(self, values: dict[str, list], source: str = "values") -> None:
         """Replace every column's examples from `{"table.column" (any case): [values]}`; columns not
         in `values` get none. A key naming no column raises, naming `source`."""
@@ -480,6 +493,28 @@ def _read_csv_rows(path: Path) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(text))
     return [{(k or "").strip().lower(): (v or "") for k, v in row.items() if isinstance(v, str) or v is None}
             for row in reader]
+
+
+# Where a database's tables.json sits: SynSQL `<dir>/databases/<db>/<db>.sqlite` + `<dir>/tables.json`,
+# Spider `database/` + `tables.json`, BIRD `dev_databases/` + `dev_tables.json` (tiny world alike).
+_TABLES_JSON_NAMES = ("tables.json", "dev_tables.json", "train_tables.json")
+
+
+def find_tables_json(db_path: str | Path) -> Path | None:
+    """The tables.json describing `db_path` in the SynSQL, Spider or BIRD layout, or None."""
+    root = Path(db_path).resolve().parent.parent.parent
+    return next((root / n for n in _TABLES_JSON_NAMES if (root / n).is_file()), None)
+
+
+@lru_cache(maxsize=4)
+def _cached_tables_json(path: str, mtime_ns: int) -> dict[str, "Schema"]:
+    return load_tables_json(path)
+
+
+def tables_json_schemas(path: str | Path) -> dict[str, "Schema"]:
+    """`load_tables_json`, read once per file version (SynSQL's file is large and shared by all DBs)."""
+    path = Path(path)
+    return _cached_tables_json(str(path), path.stat().st_mtime_ns)
 
 
 def load_tables_json(path: str | Path) -> dict[str, Schema]:

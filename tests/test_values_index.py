@@ -140,3 +140,22 @@ def test_attach_puts_relevant_values_first_in_the_prompt_schema(shop_db, tmp_pat
                  tmp_path / "cache2")
     assert off.values_index is None and off.text_for("Sales of Site A?") == off.to_ddl()
     assert not (tmp_path / "cache2").exists()
+
+
+def test_attach_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_path):
+    """SynSQL layout: <dir>/databases/<db>/<db>.sqlite beside <dir>/tables.json."""
+    root = tmp_path / "synsql"
+    db = root / "databases" / "shop" / "shop.sqlite"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(shop_db.read_bytes())
+    (root / "tables.json").write_text(json.dumps([{
+        "db_id": "shop", "table_names_original": ["stores"], "table_names": ["stores"],
+        "column_names_original": [[-1, "*"], [0, "id"], [0, "name"]],
+        "column_names": [[-1, "*"], [0, "Store id "], [0, "name"]],
+        "column_types": ["text", "integer", "TEXT"], "primary_keys": [1], "foreign_keys": []}]))
+    schema = attach(Schema.from_sqlite(db), db, DataConfig(relevant_values=False), None)
+    text = schema.to_ddl({"stores.id", "stores.name"})
+    assert text == ("CREATE TABLE stores (\n    id integer, -- Store id , example: [1, 2]\n"
+                    "    name TEXT, -- example: ['Site B', 'Site A']\n    PRIMARY KEY (id)\n);")
+    kit = attach(Schema.from_sqlite(db), db, DataConfig(schema_style="kit", relevant_values=False), None)
+    assert kit.table("stores").columns[0].description == ""  # the kit style reads the database only
