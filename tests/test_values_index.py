@@ -159,3 +159,23 @@ def test_attach_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_p
                     "    name TEXT, -- example: ['Site B', 'Site A']\n    PRIMARY KEY (id)\n);")
     kit = attach(Schema.from_sqlite(db), db, DataConfig(schema_style="kit", relevant_values=False), None)
     assert kit.table("stores").columns[0].description == ""  # the kit style reads the database only
+
+
+def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_db, tmp_path):
+    from acesql_lib.config import load_config
+    from acesql_lib.datasets import Example
+    from acesql_lib.distill import make_tasks
+    from acesql_lib.prompts import generator_messages, retriever_messages
+
+    ex = Example("q1", "shop", "Total sales of Site A?", "", "SELECT 1", "", "", "synsql", str(shop_db))
+    (task,) = make_tasks([ex], 2, 40, load_config("paper").data, tmp_path / "values_index")
+    assert task.relevant_values == {"stores.name": ["Site A"]}
+    retriever = retriever_messages(task.full_ddl, ex.question)[0]["content"]
+    assert "    name TEXT, -- example: ['Site A', 'Site B']" in retriever
+    pruned = task.schema_text(frozenset({"stores.name", "sales.amount"}))
+    assert pruned == ("CREATE TABLE stores (\n    name TEXT, -- example: ['Site A', 'Site B']\n);\n\n"
+                      "CREATE TABLE sales (\n    amount REAL, -- example: [2.5, 3.0]\n);")
+    assert pruned in generator_messages(pruned, ex.question)[0]["content"]
+    (tiny,) = make_tasks([ex], 2, 40, load_config("tiny").data, tmp_path / "tiny_index")
+    assert tiny.relevant_values is None and tiny.full_ddl == tiny.schema.to_ddl()
+    assert tiny.full_ddl.startswith("CREATE TABLE stores (\n  id INTEGER")
