@@ -186,3 +186,19 @@ def test_authors_text_from_a_live_sqlite_file(tmp_path):
         "    PRIMARY KEY (member_id, season),\n"  # column order, not declaration order
         "    CONSTRAINT fk_fees_member_id FOREIGN KEY (member_id) REFERENCES members (id)\n"
         ");")
+
+
+def test_profiles_choose_the_schema_style():
+    from acesql_lib.config import ConfigError, DataConfig, load_config
+
+    paper, tiny = load_config("paper").data, load_config("tiny").data
+    assert (paper.schema_style, paper.relevant_values, paper.max_example_values) == ("authors", True, 6)
+    assert (paper.values_top_k, paper.values_min_match, paper.values_max_hits) == (10, 0.85, 20)
+    keys = ("schema_style", "relevant_values", "max_example_values", "values_top_k", "values_min_match",
+            "values_max_hits")
+    assert {k: getattr(DataConfig(), k) for k in keys} == {k: getattr(paper, k) for k in keys}  # defaults = paper
+    assert (tiny.schema_style, tiny.relevant_values) == ("kit", False)
+    with pytest.raises(ConfigError, match="data.schema_style"):
+        DataConfig(schema_style="omnisql")
+    with pytest.raises(ConfigError, match="data.values_min_match"):
+        DataConfig(values_min_match=1.5)
