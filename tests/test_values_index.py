@@ -24,6 +24,11 @@ def test_queries_and_match_share():
     assert len(question_queries(" ".join(f"w{i}" for i in range(12)))) == sum(12 - n + 1 for n in range(1, 9)) + 1
     assert match_share("Site B", "sold at site b?") == 1.0
     assert match_share("Site A", "sold at Site B") == pytest.approx(5 / 6)
+    # values made of stop words only ("A", "The") are never retrieved, though they occur in the text
+    index = ValuesIndex.from_values({"t.a": ["A", "The", "Site B", 7, "12"]})
+    assert index.doc_value == ["A", "The", "Site B"]  # non-strings and numbers as text are not indexed
+    assert index.relevant_values("What is a site at the B?") == {}
+    assert index.relevant_values("the sales at site b") == {"t.a": ["Site B"]}
 
 
 def test_sparse_top_docs_equal_bm25s_retrieve():
