@@ -12,7 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib.schema import Column, ForeignKey, Schema, Table, authors_identifier, merge_values
+from acesql_lib.authors_schema import authors_identifier, merge_values
+from acesql_lib.schema import Column, ForeignKey, Schema, Table
 
 ROWS = Path(__file__).parent / "fixtures" / "authors" / "validation.parquet"
 HEAD, TAIL = "Database Schema: \n", " \nThis schema describes"
