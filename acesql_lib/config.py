@@ -42,6 +42,12 @@ class DataConfig:
     max_train_examples: int = 0  # 0 = all; a cap for quick runs
     n_example_values: int = 2  # §2: up to 2 sampled distinct non-null values per column
     example_max_chars: int = 40  # §2: example strings cut to 40 characters
+    schema_style: str = "authors"  # §2, authors' code: their schema text byte for byte; "kit" = the kit's own DDL format
+    relevant_values: bool = True  # §2: question-relevant values (BM25 over every string value, after OmniSQL) first in example:
+    max_example_values: int = 6  # §2: relevant + sampled values shown per column, at most
+    values_top_k: int = 10  # authors' code (OmniSQL): BM25 hits kept per query (question n-grams up to 8 words + the question)
+    values_min_match: float = 0.85  # authors' code: a hit is kept when > this share of it occurs in the question
+    values_max_hits: int = 20  # authors' code: best-matching values kept per question (all columns together)
     tiny_n_train: int = 3000  # tiny world: SynSQL-format training questions
     tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions
     tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
@@ -50,6 +56,10 @@ class DataConfig:
         _check(self.world in ("synsql", "tinyworld"), "data.world", f"must be 'synsql' or 'tinyworld', got {self.world!r}")
         _check(self.n_example_values >= 0, "data.n_example_values", "must be >= 0")
         _check(self.example_max_chars > 0, "data.example_max_chars", "must be > 0")
+        _check(self.schema_style in ("kit", "authors"), "data.schema_style", f"must be 'kit' or 'authors', got {self.schema_style!r}")
+        _check(self.max_example_values > 0, "data.max_example_values", "must be > 0")
+        _check(self.values_top_k > 0 and self.values_max_hits > 0, "data.values_top_k", "values_top_k and values_max_hits must be > 0")
+        _check(0 <= self.values_min_match <= 1, "data.values_min_match", "must be in [0, 1]")
         _check(self.max_train_examples >= 0, "data.max_train_examples", "must be >= 0 (0 = all)")
 
 

@@ -33,12 +33,19 @@ from .schema import Schema
 # Tasks: examples with their schemas (one Schema per database, read once)
 
 
-def make_tasks(examples: Sequence[Example], n_values: int = 2, max_chars: int = 40) -> list[Task]:
+def make_tasks(examples: Sequence[Example], n_values: int = 2, max_chars: int = 40, data_cfg: Any = None,
+               values_cache: str | Path | None = None) -> list[Task]:
+    """Tasks with one schema per database; with `data_cfg` the schemas get the profile's text style and
+    values index (`values_index.attach`, index cached under `values_cache`)."""
     schemas: dict[str, Schema] = {}
     tasks = []
     for ex in examples:
         if ex.db_path not in schemas:
             schemas[ex.db_path] = schema_for(ex.db_path, n_values, max_chars)
+            if data_cfg is not None:
+                from .values_index import attach
+
+                attach(schemas[ex.db_path], ex.db_path, data_cfg, values_cache)
         tasks.append(Task(ex, schemas[ex.db_path]))
     return tasks
 
@@ -182,7 +189,7 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
             continue
         trace = choose_trace([g for g in good if g["columns"]] or good, d.trace_choice, rng)
         target = set(trace["columns"] or rec["gold_columns"])
-        gen_prompt = generator_messages(t.schema.to_ddl(rec["selected"]), ex.question, ex.evidence, style=style)
+        gen_prompt = generator_messages(t.schema_text(rec["selected"]), ex.question, ex.evidence, style=style)
         ret_prompt = retriever_messages(t.full_ddl, ex.question, ex.evidence, style=style)
         samples.append({"role": "generator", "qid": rec["qid"], "prompt": gen_prompt,
                         "completion": [{"role": "assistant", "content": trace["text"].strip()}]})
@@ -230,8 +237,11 @@ def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no RL question set; run the self-distillation notebook (02) first")
     data = json.loads(path.read_text())
-    train = make_tasks([Example(**e) for e in data["train"]], cfg.data.n_example_values, cfg.data.example_max_chars)
-    val = make_tasks([Example(**e) for e in data["validation"]], cfg.data.n_example_values, cfg.data.example_max_chars)
+    cache = Path(paths.run) / "values_index"
+    train = make_tasks([Example(**e) for e in data["train"]], cfg.data.n_example_values, cfg.data.example_max_chars,
+                       cfg.data, cache)
+    val = make_tasks([Example(**e) for e in data["validation"]], cfg.data.n_example_values, cfg.data.example_max_chars,
+                     cfg.data, cache)
     if not train:
         raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
     return train, val

@@ -170,6 +170,11 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
     chunk = max(1, cfg.engine.hf_batch_size)
     style, thinking, budget = cfg.model.prompt_style, cfg.engine.enable_thinking, cfg.eval.max_new_tokens
+    from .values_index import attach  # the profile's schema text and question-relevant values (§2)
+
+    cache = Paths.from_config(cfg).run / "values_index"
+    for ex in examples:
+        attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)  # cheap once attached
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
 
     # 1. retriever on the full schema

@@ -15,7 +15,7 @@ from .datasets import Example
 from .engines import Completion, Engine
 from .executor import score_batch
 from .prompts import (GeneratorParse, RetrieverParse, generator_messages, parse_generator, parse_retriever,
-                      retriever_messages)
+                      question_text, retriever_messages)
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set
 
@@ -32,8 +32,18 @@ class Task:
         return self.example.id
 
     @cached_property
+    def relevant_values(self) -> dict[str, list] | None:
+        """The question's values found by the schema's values index (§2), or None without one."""
+        index = self.schema.values_index
+        return index.relevant_values(question_text(self.example.question, self.example.evidence)) if index else None
+
+    def schema_text(self, selected: frozenset[str] | None = None) -> str:
+        """The schema text of this question's prompts (profile style, relevant values first)."""
+        return self.schema.to_ddl(selected, relevant_values=self.relevant_values)
+
+    @cached_property
     def full_ddl(self) -> str:
-        return self.schema.to_ddl()
+        return self.schema_text()
 
     @cached_property
     def gold_columns(self) -> frozenset[str] | None:
@@ -66,7 +76,7 @@ def retriever_prompt(task: Task, tokenizer: Any, style: str = "paper", enable_th
 def generator_prompt(task: Task, selected: frozenset[str], tokenizer: Any, style: str = "paper",
                      enable_thinking: bool = True) -> str:
     ex = task.example
-    return render(tokenizer, generator_messages(task.schema.to_ddl(selected), ex.question, ex.evidence, style=style),
+    return render(tokenizer, generator_messages(task.schema_text(selected), ex.question, ex.evidence, style=style),
                   enable_thinking)
 
 

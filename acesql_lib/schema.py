@@ -24,6 +24,11 @@ line, schema order throughout:
 - Pruning (§2): only the selected columns; a table with none vanishes; the PK line lists only
   selected PK columns (omitted if none); an FK line only when both ends are selected; PK/FK
   columns are NOT added; an empty selection gives "".
+
+Two text styles (`data.schema_style`): "kit" is the format above; "authors" reproduces the text
+of the authors' released prompts byte for byte (`authors_schema.table_ddl_authors`). Both put
+question-relevant values (`relevant_values`, from `values_index`) before the sampled examples,
+up to `max_values`.
 """
 from __future__ import annotations
 
@@ -33,9 +38,11 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Iterable
+
+from .authors_schema import examples_of, table_ddl_authors
 
 # SQLite's keyword list (sqlite.org/lang_keywords.html); such names are quoted in the DDL.
 SQLITE_KEYWORDS = frozenset("""
@@ -51,6 +58,7 @@ REINDEX RELEASE RENAME REPLACE RESTRICT RETURNING RIGHT ROLLBACK ROW ROWS SAVEPO
 TABLE TEMP TEMPORARY THEN TIES TO TRANSACTION TRIGGER UNBOUNDED UNION UNIQUE UPDATE USING VACUUM
 VALUES VIEW VIRTUAL WHEN WHERE WINDOW WITH WITHOUT""".split())
 _PLAIN_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SCHEMA_STYLES = ("kit", "authors")
 _ITEM_QUOTES = "\"'`[] \t"
 # UNKNOWN (BIRD CSV encodings are undocumented): utf-8 (BOM tolerated), then cp1252, then latin-1.
 _CSV_ENCODINGS = ("utf-8-sig", "cp1252", "latin-1")
@@ -77,6 +85,7 @@ class Column:
     type: str
     description: str = ""
     examples: list = field(default_factory=list)
+    source_type: str = ""  # the type as the source spelled it ("number", "INTEGER"); the authors' style prints it
 
 
 @dataclass
@@ -100,6 +109,9 @@ class Schema:
 
     db_id: str
     tables: list[Table]
+    text_style: str = "kit"  # default style of `to_ddl` (data.schema_style)
+    max_values: int = 6  # values per column when relevant values join the examples (data.max_example_values)
+    values_index: Any = field(default=None, repr=False, compare=False)  # values_index.ValuesIndex, or None
 
     # construction --------------------------------------------------------------------------
     @classmethod
@@ -133,7 +145,7 @@ class Schema:
             if not 0 <= t_idx < len(tables):
                 raise ValueError(f"{where}: column_names_original[{i}] points at table {t_idx}, have {len(tables)}")
             desc = str(readable[i][1]) if isinstance(readable[i], (list, tuple)) and len(readable[i]) > 1 else ""
-            tables[t_idx].columns.append(Column(name, str(types[i]).upper(), desc))
+            tables[t_idx].columns.append(Column(name, str(types[i]).upper(), desc, source_type=str(types[i])))
             located[i] = (tables[t_idx], name)
 
         def at(idx: Any, what: str) -> tuple[Table, str]:
@@ -158,8 +170,9 @@ class Schema:
                     n_values: int = 2, max_chars: int = 40) -> "Schema":
         """Read a live SQLite file (read-only): tables, declared types, PK, FK, example values (§2).
 
-        Example values: up to `n_values` distinct non-null, non-blob values per column in the
-        order SQLite returns them (deterministic for a given file); strings cut to `max_chars`.
+        Example values: up to `n_values` distinct non-null, non-blob, non-empty values per column in
+        the order SQLite returns them (deterministic for a given file); strings cut to `max_chars`.
+        The authors' sampling skips '' too; it keeps blobs (printed as b'...'), the kit does not.
         `description_dir` is BIRD's `database_description/` (one `<table>.csv` per table).
         """
         path = Path(db_path)
@@ -175,7 +188,7 @@ class Schema:
             for name in names:
                 q = quote_identifier(name)
                 info = conn.execute(f"PRAGMA table_info({q})").fetchall()  # cid, name, type, notnull, dflt, pk
-                columns = [Column(r[1], r[2] or "") for r in info]
+                columns = [Column(r[1], r[2] or "", source_type=r[2] or "") for r in info]
                 pk = [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]
                 fks = []
                 for r in conn.execute(f"PRAGMA foreign_key_list({q})").fetchall():  # id, seq, table, from, to, ...
@@ -190,7 +203,7 @@ class Schema:
                     if n_values > 0:
                         c = quote_identifier(col.name)
                         rows = conn.execute(
-                            f"SELECT DISTINCT {c} FROM {q} WHERE {c} IS NOT NULL AND typeof({c}) != 'blob' "
+                            f"SELECT DISTINCT {c} FROM {q} WHERE {c} IS NOT NULL AND {c} != '' AND typeof({c}) != 'blob' "
                             f"LIMIT {int(n_values)}").fetchall()
                         col.examples = [v[:max_chars] if isinstance(v, str) else v for (v,) in rows]
                 tables.append(Table(name, columns, pk, fks))
@@ -274,8 +287,47 @@ class Schema:
         return None
 
     # DDL -------------------------------------------------------------------------------------
-    def to_ddl(self, selected: Iterable[str] | None = None) -> str:
-        """The schema text of §2; with `selected`, pruned to those `table.column` (see module doc)."""
+    def adopt_descriptions(self, other: "Schema") -> int:
+        """Take each column's description and spelled type from `other` (same database read from its
+        tables.json, the authors' source for both), matching `table.column` case-insensitively; the
+        structure (tables, keys, order) stays this schema's. Returns the number of columns matched."""
+        theirs = {f"{t.name}.{c.name}".lower(): c for t in other.tables for c in t.columns}
+        n = 0
+        for t in self.tables:
+            for c in t.columns:
+                hit = theirs.get(f"{t.name}.{c.name}".lower())
+                if hit is not None:
+                    c.description, c.source_type, n = hit.description, hit.source_type or c.source_type, n + 1
+        return n
+
+    def set_examples(self, values: dict[str, list], source: str = "values") -> None:
+        """Replace every column's examples from `{"table.column" (any case): [values]}`; columns not
+        in `values` get none. A key naming no column raises, naming `source`."""
+        by_lower = {k.lower(): v for k, v in values.items()}
+        unknown = sorted(set(by_lower) - {c.lower() for c in self.columns()})
+        if unknown:
+            raise ValueError(f"{source}: database {self.db_id!r} has no column {unknown[0]!r}")
+        for t in self.tables:
+            for c in t.columns:
+                c.examples = list(by_lower.get(f"{t.name}.{c.name}".lower(), []))
+
+    def text_for(self, question: str, selected: Iterable[str] | None = None) -> str:
+        """The schema text a prompt about `question` shows: `to_ddl` with the question's relevant
+        values from `values_index` (none when no index is attached)."""
+        relevant = self.values_index.relevant_values(question) if self.values_index is not None else None
+        return self.to_ddl(selected, relevant_values=relevant)
+
+    def to_ddl(self, selected: Iterable[str] | None = None, relevant_values: dict[str, list] | None = None,
+               style: str | None = None) -> str:
+        """The schema text of §2; with `selected`, pruned to those `table.column` (see module doc).
+
+        `relevant_values` (`{"table.column" lower-cased: [values]}`, e.g. from `values_index`) go
+        before each column's sampled examples, `self.max_values` in all. `style` defaults to
+        `self.text_style`.
+        """
+        style = style or self.text_style
+        if style not in SCHEMA_STYLES:
+            raise ValueError(f"unknown schema style {style!r} (known: {', '.join(SCHEMA_STYLES)})")
         if selected is None:
             keep = None
         else:
@@ -292,11 +344,14 @@ class Schema:
             if not keep:
                 return ""
             keep = {k.lower() for k in keep}
-        blocks = [b for t in self.tables if (b := _table_ddl(t, keep))]
+        relevant = {k.lower(): v for k, v in (relevant_values or {}).items()}
+        render = table_ddl_authors if style == "authors" else _table_ddl
+        blocks = [b for t in self.tables if (b := render(t, keep, relevant, self.max_values))]
         return "\n\n".join(blocks)
 
 
-def _table_ddl(table: Table, keep: set[str] | None) -> str:
+def _table_ddl(table: Table, keep: set[str] | None, relevant: dict[str, list] | None = None,
+               limit: int = 6) -> str:
     """One CREATE TABLE; `keep` holds lower-cased `table.column` (None = everything)."""
     def kept(table_name: str, col: str) -> bool:
         return keep is None or f"{table_name}.{col}".lower() in keep
@@ -312,8 +367,9 @@ def _table_ddl(table: Table, keep: set[str] | None) -> str:
         notes = []
         if c.description and _alnum(c.description) != _alnum(c.name):
             notes.append(_one_line(c.description))
-        if c.examples:
-            notes.append("example: [" + ", ".join(_format_value(v) for v in c.examples) + "]")
+        examples = examples_of(table, c, relevant or {}, limit)
+        if examples:
+            notes.append("example: [" + ", ".join(_format_value(v) for v in examples) + "]")
         items.append((head, ", ".join(notes)))
     if pk:
         items.append(("PRIMARY KEY (" + ", ".join(quote_identifier(p) for p in pk) + ")", ""))
@@ -348,6 +404,28 @@ def _read_csv_rows(path: Path) -> list[dict[str, str]]:
     reader = csv.DictReader(io.StringIO(text))
     return [{(k or "").strip().lower(): (v or "") for k, v in row.items() if isinstance(v, str) or v is None}
             for row in reader]
+
+
+# Where a database's tables.json sits: SynSQL `<dir>/databases/<db>/<db>.sqlite` + `<dir>/tables.json`,
+# Spider `database/` + `tables.json`, BIRD `dev_databases/` + `dev_tables.json` (tiny world alike).
+_TABLES_JSON_NAMES = ("tables.json", "dev_tables.json", "train_tables.json")
+
+
+def find_tables_json(db_path: str | Path) -> Path | None:
+    """The tables.json describing `db_path` in the SynSQL, Spider or BIRD layout, or None."""
+    root = Path(db_path).resolve().parent.parent.parent
+    return next((root / n for n in _TABLES_JSON_NAMES if (root / n).is_file()), None)
+
+
+@lru_cache(maxsize=4)
+def _cached_tables_json(path: str, mtime_ns: int) -> dict[str, "Schema"]:
+    return load_tables_json(path)
+
+
+def tables_json_schemas(path: str | Path) -> dict[str, "Schema"]:
+    """`load_tables_json`, read once per file version (SynSQL's file is large and shared by all DBs)."""
+    path = Path(path)
+    return _cached_tables_json(str(path), path.stat().st_mtime_ns)
 
 
 def load_tables_json(path: str | Path) -> dict[str, Schema]:
