@@ -18,6 +18,7 @@ import os
 import shutil
 import urllib.request
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -62,6 +63,7 @@ class LoadResult:
     path: str
     examples: list[Example] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (record index, reason)
+    unknown_values: dict[str, Counter] = field(default_factory=dict)  # enumerated field -> unknown value -> count
 
     def __iter__(self) -> Iterator[Example]:
         return iter(self.examples)
@@ -80,18 +82,43 @@ _SYNSQL = {"id": (False, _ID), "db_id": (True, _STR), "question": (True, _STR), 
            "cot": (False, _STR)}
 
 
-def read_json_list(path: str | Path) -> list:
-    """The JSON list in `path`; errors name the file."""
+def read_json_file(path: str | Path, what: str = "questions file") -> Any:
+    """The JSON value in `path`, read as UTF-8 (a leading BOM is read and dropped); every error names
+    the file: missing, invalid UTF-8 (with the byte offset) or invalid JSON (with line and column)."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"questions file not found: {path}")
+        raise FileNotFoundError(f"{what} not found: {path}")
+    raw = path.read_bytes()
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}: not valid UTF-8 at byte {e.start} ({e.reason}: {raw[e.start:e.start + 4]!r}); "
+                           "re-save the file as UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
         raise DatasetError(f"{path}: not valid JSON: {e}") from None
+
+
+def read_json_list(path: str | Path, what: str = "questions file") -> list:
+    """The JSON list in `path`; errors name the file (see read_json_file)."""
+    data = read_json_file(path, what)
     if not isinstance(data, list):
         raise DatasetError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
     return data
+
+
+def tables_db_ids(tables_json: str | Path) -> set[str]:
+    """The db_ids a Spider/BIRD tables.json describes (entries without one are schema.py's to report)."""
+    return {e["db_id"] for e in read_json_list(tables_json, "tables.json") if isinstance(e, dict) and "db_id" in e}
+
+
+# Enumerated fields: a value outside these is kept but warned about and counted (LoadResult.unknown_values).
+SYNSQL_LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")  # SynSQL sql_complexity (§3.1)
+BIRD_DIFFICULTIES = ("simple", "moderate", "challenging")
+_ENUMS = {"synsql": ("sql_complexity", SYNSQL_LEVELS), "bird": ("difficulty", BIRD_DIFFICULTIES)}
+_ID_FIELD = {"synsql": "id", "bird": "question_id"}
+DUPLICATE_RULES = ("error", "keep_first")
 
 
 def _problem(record: Any, spec: dict[str, tuple[bool, tuple[type, ...]]]) -> str | None:
@@ -112,28 +139,73 @@ def _problem(record: Any, spec: dict[str, tuple[bool, tuple[type, ...]]]) -> str
 
 
 def _load(path: str | Path, db_root: str | Path | None, check_db: bool, spec: dict, source: str,
-          make: Any) -> LoadResult:
+          make: Any, tables: str | Path | None = None, duplicates: str = "error") -> LoadResult:
+    """Read, check and convert one questions file (see the module docstring).
+
+    - Ids: two records with the same id (compared as text, so "7" and 7 collide) are reported with
+      the file, the id and both record indexes; `duplicates="error"` (default) raises, "keep_first"
+      keeps the first and lists the others in `skipped`. One id meaning one question is what the
+      pool, the predictions and the paired statistics rely on.
+    - Enumerated fields (SynSQL sql_complexity, BIRD difficulty): unknown, empty or null values are
+      kept, counted in `unknown_values` and warned about once per file.
+    - `tables`: a tables.json that must describe every database the questions use; one that does
+      not is an error at load time naming the missing db_ids and a record that uses each.
+    """
+    if duplicates not in DUPLICATE_RULES:
+        raise ValueError(f"duplicates must be one of {DUPLICATE_RULES}, got {duplicates!r}")
     records = read_json_list(path)
     result = LoadResult(str(path))
     if check_db and db_root is None:
         raise ValueError(f"{path}: check_db=True needs db_root (or pass check_db=False)")
     root = Path(db_root) if db_root is not None else None
+    described = tables_db_ids(tables) if tables is not None else None
     checked: set[str] = set()
+    first_seen: dict[str, int] = {}
+    dupes: list[tuple[str, int, int]] = []
+    missing_in_tables: dict[str, int] = {}
+    enum = _ENUMS.get(source)
     for i, record in enumerate(records):
         problem = _problem(record, spec)
         if problem:
             log.warning("%s: record %d: %s; skipped", path, i, problem)
             result.skipped.append((i, problem))
             continue
+        example = make(i, record, "")
+        if example.id in first_seen:
+            dupes.append((example.id, first_seen[example.id], i))
+            if duplicates == "keep_first":
+                result.skipped.append((i, f"duplicate id {example.id!r} (first at record {first_seen[example.id]})"))
+            continue
+        first_seen[example.id] = i
         db_id = record["db_id"]
+        if described is not None and db_id not in described:
+            missing_in_tables.setdefault(db_id, i)
         db_path = root / db_id / f"{db_id}.sqlite" if root is not None else None
         if check_db and db_id not in checked:
             if not db_path.is_file():
                 raise FileNotFoundError(f"{path}: record {i} (db_id {db_id!r}): database not found at {db_path}")
             checked.add(db_id)
-        result.examples.append(make(i, record, str(db_path) if db_path is not None else ""))
+        if enum is not None and record.get(enum[0]) not in enum[1]:
+            result.unknown_values.setdefault(enum[0], Counter())[record.get(enum[0])] += 1
+        example.db_path = str(db_path) if db_path is not None else ""
+        result.examples.append(example)
+    if dupes:
+        listed = "; ".join(f"id {d!r} at records {a} and {b}" for d, a, b in dupes[:10])
+        more = f" (and {len(dupes) - 10} more)" if len(dupes) > 10 else ""
+        if duplicates == "error":
+            raise DatasetError(f"{path}: {len(dupes)} duplicate {_ID_FIELD.get(source, 'id')}(s): {listed}{more}; "
+                               "ids must be unique (or load with duplicates='keep_first')")
+        log.warning("%s: %d duplicate ids, later records skipped: %s%s", path, len(dupes), listed, more)
+    if missing_in_tables:
+        listed = ", ".join(f"{db!r} (record {i})" for db, i in sorted(missing_in_tables.items())[:10])
+        raise DatasetError(f"{path}: {len(missing_in_tables)} database(s) used by the questions are not in "
+                           f"{tables}: {listed}")
+    for name, counts in result.unknown_values.items():
+        shown = ", ".join(f"{v!r} x{n}" for v, n in counts.most_common(5))
+        log.warning("%s: %d records have a %s outside %s (%s); kept, counted in unknown_values", path,
+                    sum(counts.values()), name, enum[1], shown)
     if result.skipped:
-        log.warning("%s: %d of %d records skipped as malformed", path, len(result.skipped), len(records))
+        log.warning("%s: %d of %d records skipped", path, len(result.skipped), len(records))
     return result
 
 
@@ -142,24 +214,30 @@ def _id(record: dict, key: str, index: int) -> str:
     return str(index if value is None else value)
 
 
-def load_bird(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+def load_bird(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True,
+              tables: str | Path | None = None, duplicates: str = "error") -> LoadResult:
     """BIRD dev.json (question_id, db_id, question, evidence, SQL, difficulty); DBs under dev_databases/."""
-    return _load(dev_json, db_root, check_db, _BIRD, "bird", lambda i, r, p: Example(
+    return _load(dev_json, db_root, check_db, _BIRD, "bird", tables=tables, duplicates=duplicates,
+                 make=lambda i, r, p: Example(
         _id(r, "question_id", i), r["db_id"], r["question"], r.get("evidence") or "", r["SQL"],
         r.get("difficulty") or "", "", "bird", p))
 
 
-def load_spider(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+def load_spider(dev_json: str | Path, db_root: str | Path | None = None, check_db: bool = True,
+                tables: str | Path | None = None, duplicates: str = "error") -> LoadResult:
     """Spider dev.json (db_id, question, query); DBs under database/. Ids are record indexes."""
-    return _load(dev_json, db_root, check_db, _SPIDER, "spider", lambda i, r, p: Example(
+    return _load(dev_json, db_root, check_db, _SPIDER, "spider", tables=tables, duplicates=duplicates,
+                 make=lambda i, r, p: Example(
         str(i), r["db_id"], r["question"], "", r["query"], "", "", "spider", p))
 
 
-def load_synsql(data_json: str | Path, db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+def load_synsql(data_json: str | Path, db_root: str | Path | None = None, check_db: bool = True,
+                tables: str | Path | None = None, duplicates: str = "error") -> LoadResult:
     """SynSQL data.json (db_id, sql_complexity, question_style, question, external_knowledge, cot, sql);
     DBs under databases/. `external_knowledge` is the evidence (empty in most SynSQL records, §2);
     an `id` field (written by the kit's filtered pools) is kept, else the record index is the id."""
-    return _load(data_json, db_root, check_db, _SYNSQL, "synsql", lambda i, r, p: Example(
+    return _load(data_json, db_root, check_db, _SYNSQL, "synsql", tables=tables, duplicates=duplicates,
+                 make=lambda i, r, p: Example(
         _id(r, "id", i), r["db_id"], r["question"], r.get("external_knowledge") or "", r["sql"],
         r.get("sql_complexity") or "", r.get("question_style") or "", "synsql", p))
 
@@ -278,14 +356,15 @@ def training_pool(cfg: Any, paths: Any, progress: bool = True) -> LoadResult:
 
         world = build_tinyworld(paths.tinyworld, seed=cfg.data.seed, n_train=cfg.data.tiny_n_train,
                                 n_dev=cfg.data.tiny_n_dev)
-        result = load_synsql(world.train_json, world.train_db_root)
+        result = load_synsql(world.train_json, world.train_db_root, tables=world.train_tables)
     else:
         root = Path(cfg.data.synsql_dir)
         root = root if root.is_absolute() else Path(__file__).resolve().parent.parent / root
         if not (root / "data.json").exists():
             raise FileNotFoundError(f"{root / 'data.json'}: SynSQL-2.5M not found; run "
                                     f"acesql_lib.datasets.download_synsql({str(root)!r}) on a machine with internet")
-        result = load_synsql(root / "data.json", root / "databases")
+        tables = root / "tables.json"
+        result = load_synsql(root / "data.json", root / "databases", tables=tables if tables.is_file() else None)
     if cfg.data.max_train_examples:
         result.examples = result.examples[:cfg.data.max_train_examples]
     return result
@@ -300,7 +379,9 @@ def eval_examples(eval_set: Any, check_db: bool = True) -> LoadResult:
         raise FileNotFoundError(f"{path}: evaluation set {eval_set.name!r} not found; run notebook 00 (tiny profile) "
                                 f"or acesql_lib.datasets.{hint}(...) on a machine with internet")
     loader = load_bird if eval_set.format == "bird" else load_spider
-    return loader(path, db_root, check_db=check_db)
+    tables = (Path(eval_set.tables) if Path(eval_set.tables).is_absolute() else root / eval_set.tables) \
+        if getattr(eval_set, "tables", "") else None
+    return loader(path, db_root, check_db=check_db, tables=tables if tables is not None and tables.is_file() else None)
 
 
 def schema_for(db_path: str | Path, n_values: int = 2, max_chars: int = 40) -> Any:

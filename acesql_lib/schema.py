@@ -430,15 +430,10 @@ def tables_json_schemas(path: str | Path) -> dict[str, "Schema"]:
 
 def load_tables_json(path: str | Path) -> dict[str, Schema]:
     """Every entry of a Spider/BIRD tables.json file, keyed by db_id."""
+    from .datasets import read_json_list  # one reader for every JSON input (UTF-8, BOM, errors naming the file)
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"tables.json not found: {path}")
-    try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: expected a JSON list of database entries, got {type(entries).__name__}")
+    entries = read_json_list(path, "tables.json")
     schemas: dict[str, Schema] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "db_id" not in entry:
