@@ -35,7 +35,7 @@ from .config import Config, EvalSet
 from .engines import Completion, Engine, HFEngine, make_engine
 from .executor import score_batch, write_bird_predictions
 from .paths import Paths
-from .prompts import parse_generator, parse_retriever
+from .prompts import parse_generator, parse_retriever_eval
 from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
 from .schema import Schema
@@ -175,7 +175,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # 1. retriever on the full schema
     r_out = _generate(engine, [retriever_prompt(t, tokenizer, style, thinking) for t in tasks], budget, chunk,
                       f"{stage} retriever", progress)
-    r_parse = [parse_retriever(c.text, t.schema, truncated=c.truncated) for t, c in zip(tasks, r_out)]
+    r_parse = [parse_retriever_eval(c.text, t.schema, truncated=c.truncated, parser=cfg.eval.retriever_parser)
+               for t, c in zip(tasks, r_out)]  # eval.retriever_parser: the authors' EVAL rules or the kit's
     # 2. generator on the pruned schema
     g_out = _generate(engine, [generator_prompt(t, p.columns, tokenizer, style, thinking) for t, p in zip(tasks, r_parse)],
                       budget, chunk, f"{stage} generator", progress)
