@@ -277,9 +277,11 @@ class EvalConfig:
     max_examples: int = 0  # 0 = whole set
     workers: int = 0  # executor processes; 0 = number of CPU cores
     retriever_parser: str = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
+    generator_parser: str = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
 
     def __post_init__(self) -> None:
         _check(self.retriever_parser in ("authors", "kit"), "eval.retriever_parser", "must be authors or kit")
+        _check(self.generator_parser in ("authors", "kit"), "eval.generator_parser", "must be authors or kit")
         self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, "eval.sets", "<profile>") for s in self.sets]
 
 

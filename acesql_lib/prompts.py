@@ -35,6 +35,10 @@ EVAL/retriever_infer.py, EVAL/merge_retriever_outputs.py, EVAL/src/utils/schema_
   items split on every comma (also inside backticks); each item, lower-cased and stripped of
   quotes and backticks, matches a column exactly or, failing that, with non-alphanumerics
   removed (when two columns collide, the later one in schema order wins); bare tables drop.
+- generator SQL, evaluation ("authors", `parse_generator_eval`, EVAL/sql_infer.py): the last
+  ```` ```sql ```` block anywhere in the completion (think block included), else the last fenced
+  block if it holds SELECT/INSERT/UPDATE/DELETE, else the lines from the first one holding SELECT
+  to the first `;`, else the whole completion.
 - retriever list, evaluation ("authors", `parse_retriever_eval`): the first JSON block or
   code-block list, else the first `[...]` anywhere (the think block included); JSON objects
   `{"columns": [...]}` or `{"table": [cols]}`; a bare table name, `t.*` or `t.` selects all of
@@ -466,3 +470,40 @@ def parse_generator(text: str, truncated: bool = False, prefilled_think: bool = 
     if not blocks:
         return GeneratorParse("", think.has_think, False, truncated)
     return GeneratorParse(blocks[-1].strip(), think.has_think, True, truncated)
+
+
+_EVAL_SQL_BLOCK = re.compile(r"```sql\s*(.*?)\s*```", re.DOTALL | re.IGNORECASE)
+_EVAL_ANY_BLOCK = re.compile(r"```\s*(.*?)\s*```", re.DOTALL)
+_SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE")
+
+
+def _authors_eval_sql(text: str) -> str:
+    blocks = _EVAL_SQL_BLOCK.findall(text)
+    if blocks:
+        return blocks[-1].strip()
+    fenced = _EVAL_ANY_BLOCK.findall(text)
+    if fenced and any(w in fenced[-1].strip().upper() for w in _SQL_WORDS):
+        return fenced[-1].strip()
+    if "SELECT" in text.upper():
+        lines, started = [], False
+        for line in text.split("\n"):
+            started = started or "SELECT" in line.upper()
+            if started:
+                lines.append(line)
+                if ";" in line:
+                    break
+        return "\n".join(lines).strip()
+    return text.strip()
+
+
+def parse_generator_eval(text: str, truncated: bool = False, parser: str = "authors",
+                         prefilled_think: bool = False) -> GeneratorParse:
+    """The SQL evaluation executes (`eval.generator_parser`): "authors" as their evaluation script
+    (module docstring; the format flags are those of their training gate, reported only), "kit"
+    the kit's parser (last closed sql block after the think block; a cut-off query is not run)."""
+    if parser == "kit":
+        return parse_generator(text, truncated, prefilled_think, rules="kit")
+    if parser != "authors":
+        raise ValueError(f"eval generator parser must be 'authors' or 'kit', got {parser!r}")
+    gate = parse_generator(text, truncated, prefilled_think, rules="authors")
+    return GeneratorParse(_authors_eval_sql(text) if text else "", gate.has_think, gate.has_sql_block, truncated)

@@ -110,13 +110,14 @@ AUTHORS_SEMANTICS = {"generator_truncation_gate": False, "truncation": "length",
 def test_profiles_train_and_evaluate_with_the_authors_semantics(profile):
     cfg = load_config(profile)
     assert {k: getattr(cfg.grpo, k) for k in AUTHORS_SEMANTICS} == AUTHORS_SEMANTICS
-    assert cfg.eval.retriever_parser == "authors"
+    assert cfg.eval.retriever_parser == "authors" and cfg.eval.generator_parser == "authors"
     assert {k: getattr(GRPOConfig(), k) for k in AUTHORS_SEMANTICS} == AUTHORS_SEMANTICS
 
 
 @pytest.mark.parametrize("key,value", [("grpo.truncation", "sometimes"), ("grpo.think_rule", "loose"),
                                        ("grpo.pool_add_gate", "any"), ("grpo.bare_table_columns", "pk"),
-                                       ("grpo.pcgrad_eps", -1.0), ("eval.retriever_parser", "regex")])
+                                       ("grpo.pcgrad_eps", -1.0), ("eval.retriever_parser", "regex"),
+                                       ("eval.generator_parser", "regex")])
 def test_bad_semantics_option_is_named(key, value):
     with pytest.raises(ConfigError, match=key):
         load_config("tiny", overrides={key: value})

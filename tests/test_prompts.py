@@ -304,3 +304,18 @@ def test_authors_eval_falls_back_to_the_raw_completion(singer):
     assert parse_retriever_eval(wrap("no list at all"), singer).columns == frozenset()
     with pytest.raises(ValueError, match="parser"):
         parse_retriever_eval("x", singer, parser="nope")
+
+
+def test_authors_eval_sql_extraction_and_the_kit_alternative():
+    from acesql_lib.prompts import parse_generator_eval
+
+    # EVAL/sql_infer.py: last ```sql block anywhere (also inside the think block)
+    assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block").sql == "SELECT 1"
+    assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block", parser="kit").sql == ""
+    assert parse_generator_eval(wrap("```\nSELECT 2\n```")).sql == "SELECT 2"  # a plain fence holding SELECT
+    cut = wrap("```sql\nSELECT name\nFROM singer;\nmore")  # unclosed block: lines from SELECT to ';'
+    assert parse_generator_eval(cut).sql == "SELECT name\nFROM singer;"
+    assert parse_generator_eval(cut, parser="kit").sql == ""  # kit: a cut-off query is not run
+    assert parse_generator_eval("no query").sql == "no query" and parse_generator_eval("").sql == ""
+    with pytest.raises(ValueError, match="parser"):
+        parse_generator_eval("x", parser="nope")
