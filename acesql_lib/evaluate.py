@@ -38,7 +38,7 @@ from .config import Config, EvalSet
 from .engines import Completion, Engine, HFEngine, make_engine
 from .executor import score_batch, write_bird_predictions
 from .paths import Paths
-from .prompts import parse_generator_eval, parse_retriever_eval
+from .evalparse import parse_generator_eval, parse_retriever_eval
 from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
 from .schema import Schema

@@ -35,18 +35,17 @@ EVAL/retriever_infer.py, EVAL/merge_retriever_outputs.py, EVAL/src/utils/schema_
   items split on every comma (also inside backticks); each item, lower-cased and stripped of
   quotes and backticks, matches a column exactly or, failing that, with non-alphanumerics
   removed (when two columns collide, the later one in schema order wins); bare tables drop.
-- generator SQL, evaluation ("authors", `parse_generator_eval`, EVAL/sql_infer.py): the last
+- generator SQL, evaluation ("authors", `evalparse.parse_generator_eval`, EVAL/sql_infer.py): the last
   ```` ```sql ```` block anywhere in the completion (think block included), else the last fenced
   block if it holds SELECT/INSERT/UPDATE/DELETE, else the lines from the first one holding SELECT
   to the first `;`, else the whole completion.
-- retriever list, evaluation ("authors", `parse_retriever_eval`): the first JSON block or
+- retriever list, evaluation ("authors", `evalparse.parse_retriever_eval`): the first JSON block or
   code-block list, else the first `[...]` anywhere (the think block included); JSON objects
   `{"columns": [...]}` or `{"table": [cols]}`; a bare table name, `t.*` or `t.` selects all of
   the table's columns; when nothing matches, the raw completion is parsed once more.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
@@ -320,10 +319,7 @@ def parse_retriever(text: str, schema: ColumnResolver, truncated: bool = False,
 
 
 # The authors' readings (module docstring) -------------------------------------------------------
-_AUTHORS_LIST = re.compile(r"\[([^\]]+)\]")  # at least one character, no ']' inside
-_AUTHORS_FIRST_LIST = re.compile(r"\[([^\[\]]*)\]", re.DOTALL)
-_CODE_BLOCK_LIST = re.compile(r"```(?:python|sql|text)?\s*\n?\s*\[([^\]]*)\]\s*\n?```", re.DOTALL)
-_JSON_BLOCK = re.compile(r"```json\s*\n?(.*?)\n?```", re.DOTALL)
+AUTHORS_LIST = re.compile(r"\[([^\]]+)\]")  # at least one character, no ']' inside
 _NON_ALNUM = re.compile(r"[^a-zA-Z0-9]")
 
 
@@ -331,7 +327,7 @@ def _norm(name: str) -> str:
     return _NON_ALNUM.sub("", name).lower()
 
 
-def _split_on_commas(content: str) -> list[str]:
+def split_on_commas(content: str) -> list[str]:
     """Every comma splits; whitespace, then double, then single quotes are stripped; empties drop."""
     return [c.strip().strip('"').strip("'") for c in content.split(",") if c.strip()]
 
@@ -378,7 +374,7 @@ class _AuthorsIndex:
 _INDEXES: dict[int, _AuthorsIndex] = {}
 
 
-def _authors_index(schema: Any) -> _AuthorsIndex:
+def authors_index(schema: Any) -> _AuthorsIndex:
     index = _INDEXES.get(id(schema))
     if index is None or index.schema is not schema:
         if len(_INDEXES) >= 256:
@@ -389,73 +385,11 @@ def _authors_index(schema: Any) -> _AuthorsIndex:
 
 def _parse_retriever_authors(text: str, think: ThinkParse, schema: Any, truncated: bool) -> RetrieverParse:
     gate_region = think.answer if think.has_think else text
-    has_list = _AUTHORS_LIST.search(gate_region) is not None
-    lists = _AUTHORS_LIST.findall(text)  # the items come from the last list of the WHOLE completion
-    items = _split_on_commas(lists[-1]) if lists else []
-    columns, n_items, n_dropped = _authors_index(schema).match(items, expand_tables=False)
+    has_list = AUTHORS_LIST.search(gate_region) is not None
+    lists = AUTHORS_LIST.findall(text)  # the items come from the last list of the WHOLE completion
+    items = split_on_commas(lists[-1]) if lists else []
+    columns, n_items, n_dropped = authors_index(schema).match(items, expand_tables=False)
     return RetrieverParse(columns, think.has_think, has_list, truncated, n_items, n_dropped)
-
-
-def _authors_eval_extract(text: str) -> str:
-    """The first JSON block, else the first code-block list, else the first non-empty list, else all."""
-    block = _JSON_BLOCK.search(text)
-    if block:
-        return block.group(1).strip()
-    listed = _CODE_BLOCK_LIST.search(text)
-    if listed:
-        return f"[{listed.group(1)}]"
-    plain = _AUTHORS_LIST.search(text)
-    return f"[{plain.group(1)}]" if plain else text
-
-
-def _authors_eval_items(text: str) -> list[str]:
-    """The item list of an extracted answer: JSON object, code-block list, whole list, first list."""
-    text = text.strip()
-    if not text:
-        return []
-    candidates = [text] if text.startswith("{") and text.endswith("}") else []
-    block = _JSON_BLOCK.search(text)
-    if block:
-        candidates.insert(0, block.group(1).strip())
-    for candidate in candidates:
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        if isinstance(data.get("columns"), list):
-            return [str(c).strip() for c in data["columns"] if str(c).strip()]
-        if all(isinstance(v, list) for v in data.values()):
-            flat = [f"{t}.{str(c).strip()}" for t, cols in data.items() for c in cols if str(c).strip()]
-            if flat:
-                return flat
-    listed = _CODE_BLOCK_LIST.search(text)
-    if listed:
-        return _split_on_commas(listed.group(1))
-    if text.startswith("[") and text.endswith("]"):
-        return _split_on_commas(text[1:-1])
-    first = _AUTHORS_FIRST_LIST.search(text)
-    return _split_on_commas(first.group(1)) if first else []
-
-
-def parse_retriever_eval(text: str, schema: Any, truncated: bool = False, parser: str = "authors",
-                         prefilled_think: bool = False) -> RetrieverParse:
-    """The column set evaluation prunes the schema with (`eval.retriever_parser`).
-
-    "authors": the authors' evaluation pipeline (module docstring); the format flags are those
-    of their training gate, reported only. "kit": the kit's training parser, as before.
-    """
-    if parser == "kit":
-        return parse_retriever(text, schema, truncated, prefilled_think, rules="kit")
-    if parser != "authors":
-        raise ValueError(f"eval retriever parser must be 'authors' or 'kit', got {parser!r}")
-    index = _authors_index(schema)
-    columns, n_items, n_dropped = index.match(_authors_eval_items(_authors_eval_extract(text)), expand_tables=True)
-    if not columns:  # the prompt builder's fallback: the raw completion, parsed once more
-        columns, n_items, n_dropped = index.match(_authors_eval_items(text), expand_tables=True)
-    gate = parse_retriever(text, schema, truncated, prefilled_think, rules="authors")
-    return RetrieverParse(columns, gate.has_think, gate.has_list, truncated, n_items, n_dropped)
 
 
 _SQL_BLOCK = re.compile(r"```sql(?![A-Za-z0-9_])[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -471,39 +405,3 @@ def parse_generator(text: str, truncated: bool = False, prefilled_think: bool = 
         return GeneratorParse("", think.has_think, False, truncated)
     return GeneratorParse(blocks[-1].strip(), think.has_think, True, truncated)
 
-
-_EVAL_SQL_BLOCK = re.compile(r"```sql\s*(.*?)\s*```", re.DOTALL | re.IGNORECASE)
-_EVAL_ANY_BLOCK = re.compile(r"```\s*(.*?)\s*```", re.DOTALL)
-_SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE")
-
-
-def _authors_eval_sql(text: str) -> str:
-    blocks = _EVAL_SQL_BLOCK.findall(text)
-    if blocks:
-        return blocks[-1].strip()
-    fenced = _EVAL_ANY_BLOCK.findall(text)
-    if fenced and any(w in fenced[-1].strip().upper() for w in _SQL_WORDS):
-        return fenced[-1].strip()
-    if "SELECT" in text.upper():
-        lines, started = [], False
-        for line in text.split("\n"):
-            started = started or "SELECT" in line.upper()
-            if started:
-                lines.append(line)
-                if ";" in line:
-                    break
-        return "\n".join(lines).strip()
-    return text.strip()
-
-
-def parse_generator_eval(text: str, truncated: bool = False, parser: str = "authors",
-                         prefilled_think: bool = False) -> GeneratorParse:
-    """The SQL evaluation executes (`eval.generator_parser`): "authors" as their evaluation script
-    (module docstring; the format flags are those of their training gate, reported only), "kit"
-    the kit's parser (last closed sql block after the think block; a cut-off query is not run)."""
-    if parser == "kit":
-        return parse_generator(text, truncated, prefilled_think, rules="kit")
-    if parser != "authors":
-        raise ValueError(f"eval generator parser must be 'authors' or 'kit', got {parser!r}")
-    gate = parse_generator(text, truncated, prefilled_think, rules="authors")
-    return GeneratorParse(_authors_eval_sql(text) if text else "", gate.has_think, gate.has_sql_block, truncated)

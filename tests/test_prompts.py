@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from acesql_lib.prompts import (
-    generator_messages, generator_target, parse_generator, parse_retriever, parse_retriever_eval, parse_think,
-    question_text,
+    generator_messages, generator_target, parse_generator, parse_retriever, parse_think, question_text,
     retriever_messages, retriever_target,
 )
+from acesql_lib.evalparse import parse_generator_eval, parse_retriever_eval
 from acesql_lib.schema import Column, Schema, Table, load_tables_json
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -307,8 +307,6 @@ def test_authors_eval_falls_back_to_the_raw_completion(singer):
 
 
 def test_authors_eval_sql_extraction_and_the_kit_alternative():
-    from acesql_lib.prompts import parse_generator_eval
-
     # EVAL/sql_infer.py: last ```sql block anywhere (also inside the think block)
     assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block").sql == "SELECT 1"
     assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block", parser="kit").sql == ""
