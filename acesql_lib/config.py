@@ -206,14 +206,22 @@ class GRPOConfig:
     len_penalty_start: int = 512  # §4 step 6: p_len = 0.5 * clip((L - 512) / (2048 - 512), 0, 1)
     len_penalty_end: int = 2048
     len_penalty_max: float = 0.5
-    retriever_reward: str = "sparse"  # §4 step 6; "dense" = coverage minus noise (ablation, kit's design)
+    retriever_reward: str = "sparse"  # §4 step 6; "dense" = authors' dense formula (ablation), "dense_kit" = kit's coverage minus noise
+    generator_truncation_gate: bool = False  # §4 step 6 silent; authors' joint_reward.py gates only the retriever on truncation; true = kit
+    truncation: str = "length"  # authors: response length >= max_response_tokens; "no_stop" = kit (no stop token)
+    think_rule: str = "authors"  # §2 silent; authors: both tags anywhere, answer after the last </think>; "kit" = stricter
+    retriever_parser: str = "authors"  # training list parsing, authors' RL/rewards/retriever_utils.py; "kit" = own parser
+    pool_add_gate: str = "format"  # §4 step 5 silent; authors: add a match only if it passes the format gate; "match" = kit
+    bare_table_columns: str = "none"  # authors' extractor: SELECT count(*) FROM t adds no set; "anchor" = kit's PK rule
     adv_eps: float = 1e-6  # §4 step 7
     clip_eps: float = 0.2  # §4 step 8
     dual_clip: float = 3.0  # §4 step 8
     kl_coef: float = 0.001  # §4 step 8, k3 estimator
     reference_model: str = ""  # §4 step 8: "" = the frozen SFT checkpoint; a folder to use another reference
     gen_schedule_ratio: float = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
-    pcgrad: str = "symmetric"  # §4 step 10; "generator_dominant", "norm_equalised", "none", "global"
+    pcgrad: str = "symmetric"  # §4 step 10; "generator_dominant", "norm_equalised" (authors'), "norm_mean" (kit), "none", "global"
+    pcgrad_eps: float = 1e-12  # authors' dp_actor.py: no projection onto a gradient with squared norm <= eps; 0 = kit
+    pcgrad_max_ratio: float = 0.3  # authors' norm_equalised: retriever gradient capped at 0.3 x generator norm
     max_grad_norm: float = 1.0  # §4 step 10
     learning_rate: float = 1e-6  # §4.11
     warmup_ratio: float = 0.05  # §4.11
@@ -235,9 +243,17 @@ class GRPOConfig:
         _check(self.vote in ("majority", "union", "per_retriever"), "grpo.vote", f"unknown vote {self.vote!r}")
         _check(self.pool_init in ("sft_rollouts", "union", "static_gold"), "grpo.pool_init",
                f"unknown pool_init {self.pool_init!r}")
-        _check(self.retriever_reward in ("sparse", "dense"), "grpo.retriever_reward", "must be sparse or dense")
-        _check(self.pcgrad in ("symmetric", "generator_dominant", "norm_equalised", "none", "global"), "grpo.pcgrad",
-               f"unknown mode {self.pcgrad!r}")
+        _check(self.retriever_reward in ("sparse", "dense", "dense_kit"), "grpo.retriever_reward",
+               "must be sparse, dense or dense_kit")
+        _check(self.pcgrad in ("symmetric", "generator_dominant", "norm_equalised", "norm_mean", "none", "global"),
+               "grpo.pcgrad", f"unknown mode {self.pcgrad!r}")
+        _check(self.truncation in ("length", "no_stop"), "grpo.truncation", "must be length or no_stop")
+        _check(self.think_rule in ("authors", "kit"), "grpo.think_rule", "must be authors or kit")
+        _check(self.retriever_parser in ("authors", "kit"), "grpo.retriever_parser", "must be authors or kit")
+        _check(self.pool_add_gate in ("format", "match"), "grpo.pool_add_gate", "must be format or match")
+        _check(self.bare_table_columns in ("none", "anchor"), "grpo.bare_table_columns", "must be none or anchor")
+        _check(self.pcgrad_eps >= 0, "grpo.pcgrad_eps", "must be >= 0")
+        _check(self.pcgrad_max_ratio > 0, "grpo.pcgrad_max_ratio", "must be > 0")
         _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
         _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
@@ -270,8 +286,12 @@ class EvalConfig:
     exec_timeout_s: float = 30.0
     max_examples: int = 0  # 0 = whole set
     workers: int = 0  # executor processes; 0 = number of CPU cores
+    retriever_parser: str = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
+    generator_parser: str = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
 
     def __post_init__(self) -> None:
+        _check(self.retriever_parser in ("authors", "kit"), "eval.retriever_parser", "must be authors or kit")
+        _check(self.generator_parser in ("authors", "kit"), "eval.generator_parser", "must be authors or kit")
         self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, "eval.sets", "<profile>") for s in self.sets]
 
 

@@ -5,7 +5,10 @@ the schema (`Schema.to_ddl(selected)`); the generator reads the pruned schema an
 last sql block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
 role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
 (`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
-gold has ORDER BY). Errors, timeouts and outputs without a closed sql block score 0.
+gold has ORDER BY). Errors and timeouts score 0. Which SQL is executed and which columns prune the
+schema follow `eval.generator_parser` / `eval.retriever_parser` (paper profile: the authors'
+evaluation scripts, `prompts.parse_generator_eval` / `parse_retriever_eval`; "kit": the last closed
+sql block after the think block, so an output without one scores 0).
 
 Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
 - output tokens per question = retriever + generator generated tokens (stop token included),
@@ -35,7 +38,7 @@ from .config import Config, EvalSet
 from .engines import Completion, Engine, HFEngine, make_engine
 from .executor import score_batch, write_bird_predictions
 from .paths import Paths
-from .prompts import parse_generator, parse_retriever
+from .evalparse import parse_generator_eval, parse_retriever_eval
 from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
 from .schema import Schema
@@ -180,16 +183,17 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # 1. retriever on the full schema
     r_out = _generate(engine, [retriever_prompt(t, tokenizer, style, thinking) for t in tasks], budget, chunk,
                       f"{stage} retriever", progress)
-    r_parse = [parse_retriever(c.text, t.schema, truncated=c.truncated) for t, c in zip(tasks, r_out)]
+    r_parse = [parse_retriever_eval(c.text, t.schema, truncated=c.truncated, parser=cfg.eval.retriever_parser)
+               for t, c in zip(tasks, r_out)]  # eval.retriever_parser: the authors' EVAL rules or the kit's
     # 2. generator on the pruned schema
     g_out = _generate(engine, [generator_prompt(t, p.columns, tokenizer, style, thinking) for t, p in zip(tasks, r_parse)],
                       budget, chunk, f"{stage} generator", progress)
-    g_parse = [parse_generator(c.text, truncated=c.truncated) for c in g_out]
+    g_parse = [parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser) for c in g_out]
     # 3. generator on the gold column set (Generator Ability; kit's definition)
     gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
     o_out = _generate(engine, [generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style, thinking)
                                for i in gold_idx], budget, chunk, f"{stage} generator (gold schema)", progress)
-    o_sql = {i: parse_generator(c.text, truncated=c.truncated).sql for i, c in zip(gold_idx, o_out)}
+    o_sql = {i: parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser).sql for i, c in zip(gold_idx, o_out)}
 
     # 4. execute everything in one batch
     items = [(p.sql, t.example.sql, t.example.db_path) for t, p in zip(tasks, g_parse)]

@@ -35,8 +35,9 @@ from . import checkpoint as ckpt
 from .config import Config, GRPOConfig
 from .executor import VALID_STATUSES
 from .pcgrad import combine_into_grads, save_grads
-from .pool import ColumnSetPool
-from .rewards import LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, retriever_reward
+from .pool import ColumnSetPool, pool_additions
+from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
+                      group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, Task, rollout
 
 
@@ -194,7 +195,8 @@ class JointGRPO:
                        temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_response_tokens,
                        vote_mode=g.vote, vote_threshold=g.vote_threshold, style=self.style,
                        enable_thinking=self.cfg.engine.enable_thinking, compare_mode=g.compare_mode,
-                       timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index)
+                       timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index,
+                       think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation)
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -203,7 +205,10 @@ class JointGRPO:
         t_rollout = time.perf_counter() - t0
 
         # -- 5. pool: decay and read targets BEFORE adding this step's matches; every rank applies all updates
-        mine = [(r.task.qid, [s for s in r.match_sets if s]) for r in rolls]
+        mine = [(r.task.qid, pool_additions(r.generator.parses, r.matches,
+                                            [r.task.columns_of(p.sql, g.bare_table_columns) if m else None
+                                             for p, m in zip(r.generator.parses, r.matches)], g.pool_add_gate))
+                for r in rolls]
         everyone = _gather_objects(self.acc, mine)
         pool_before = {q: self.pool.weights(q) for q, _ in mine}
         targets = {}
@@ -213,10 +218,10 @@ class JointGRPO:
         pool_after = {q: self.pool.weights(q) for q, _ in mine}
 
         # -- 6. rewards (sparse and gated, with the length penalty)
-        r_gen = torch.tensor([[generator_reward(p, m, c.n_tokens, self.penalty)
+        r_gen = torch.tensor([[generator_reward(p, m, c.n_tokens, self.penalty, g.generator_truncation_gate)
                                for p, m, c in zip(r.generator.parses, r.matches, r.generator.completions)]
                               for r in rolls], dtype=torch.float32)
-        r_ret = torch.tensor([[self._retriever_reward(r, p, c.n_tokens, targets[r.task.qid])
+        r_ret = torch.tensor([[self._retriever_reward(r, p, c.n_tokens, targets[r.task.qid], pool_after[r.task.qid])
                                for p, c in zip(r.retriever.parses, r.retriever.completions)]
                               for r in rolls], dtype=torch.float32)
 
@@ -236,7 +241,8 @@ class JointGRPO:
             self.save_checkpoint()  # parameters are still those of the last good step
             raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
                                 f"saved in {self.out}; lower grpo.learning_rate or check the data")
-        pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded())
+        pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded(), eps=g.pcgrad_eps,
+                                max_ratio=g.pcgrad_max_ratio)
         grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
         if self.record_grads:
             self.last_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
@@ -258,8 +264,11 @@ class JointGRPO:
         return StepReport(step, rolls, targets, pool_before, pool_after, {"retriever": r_ret, "generator": r_gen},
                           {"retriever": a_ret, "generator": a_gen}, metrics)
 
-    def _retriever_reward(self, r: QuestionRollout, parse: Any, n_tokens: int, targets: list[frozenset[str]]) -> float:
-        if self.g.retriever_reward == "dense":  # ablation: coverage minus noise against the top target (gold if none)
+    def _retriever_reward(self, r: QuestionRollout, parse: Any, n_tokens: int, targets: list[frozenset[str]],
+                          pool_weights: dict[frozenset[str], float]) -> float:
+        if self.g.retriever_reward == "dense":  # ablation, authors' formula on the pool after this step's adds
+            return authors_dense_retriever_reward(parse, pool_weights, r.task.gold_columns or frozenset())
+        if self.g.retriever_reward == "dense_kit":  # ablation: coverage minus noise against the top target (gold if none)
             target = targets[0] if targets else (r.task.gold_columns or frozenset())
             return dense_retriever_reward(parse, target, n_tokens, penalty=self.penalty)
         return retriever_reward(parse, targets, n_tokens, self.penalty)
@@ -319,7 +328,8 @@ class JointGRPO:
                         temperature=self.g.val_temperature, top_p=self.g.top_p,
                         max_new_tokens=self.g.max_response_tokens, style=self.style,
                         enable_thinking=self.cfg.engine.enable_thinking, compare_mode=self.g.compare_mode,
-                        timeout_s=self.g.exec_timeout_s, seed=self.g.seed + 7)
+                        timeout_s=self.g.exec_timeout_s, seed=self.g.seed + 7, think_rule=self.g.think_rule,
+                        retriever_parser=self.g.retriever_parser, truncation=self.g.truncation)
         rows = [(r.n_correct / k, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
                                   (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
                 for r in rolls]
@@ -494,7 +504,7 @@ ABLATIONS: dict[str, dict[str, Any]] = {
     "no_pcgrad": {"grpo.pcgrad": "none"},  # "w/o PCGrad": plain sum of the two gradients
     "no_schedule": {"grpo.gen_schedule_ratio": 0.0},  # "w/o schedule": w_gen = 1 from step 1
     "static_gold": {"grpo.pool_init": "static_gold"},  # retriever target = gold SQL's column set, never updated
-    "dense_reward": {"grpo.retriever_reward": "dense"},  # coverage-minus-noise retriever reward
+    "dense_reward": {"grpo.retriever_reward": "dense"},  # the authors' dense retriever reward (their V6 formula)
 }
 
 

@@ -16,12 +16,18 @@ the saved retriever gradient. The trainer's use:
     clip_grad_norm_(params, 1.0); optimizer.step()
 
 Modes: "symmetric" (paper); "generator_dominant" (only g_ret is projected, g_gen kept);
-"norm_equalised" (UNKNOWN details in the authors' code; kit's choice: only on conflicting
-tensors, both gradients are rescaled to the MEAN of their two norms before the symmetric
-projection, so the combined step keeps the scale of the inputs while neither role dominates the
-direction; non-conflicting tensors are summed as is, which leaves the w_gen schedule in force
-there); "none" (plain sum, the "w/o PCGrad" ablation; conflicts are still measured); "global"
-(beyond the paper: one dot product over ALL tensors, and one pair of coefficients for all).
+"norm_equalised" (the authors' RL/third_party/verl/workers/actor/dp_actor.py: g_ret is first
+scaled down, over all tensors at once, so that |g_ret| <= max_ratio * |g_gen| (0.3), then on each
+conflicting tensor only g_ret is projected onto the normal plane of g_gen, and g_gen is kept:
+g = s g_ret + (1 - s d / |g_gen|^2) g_gen; the norms behind s are summed over ranks when sharded,
+where the authors' code reads each rank's own shard); "norm_mean" (the kit's earlier reading: only on
+conflicting tensors, both gradients are rescaled to the MEAN of their two norms before the
+symmetric projection; non-conflicting tensors are summed as is); "none" (plain sum, the "w/o
+PCGrad" ablation; conflicts are still measured); "global" (beyond the paper: one dot product over
+ALL tensors, and one pair of coefficients for all).
+
+`eps` (authors: 1e-12): no projection ONTO a gradient whose squared norm is <= eps (its term is
+dropped; the other projection still applies). eps = 0 projects onto any non-zero gradient.
 
 Distributed: per-tensor modes work on whatever each rank holds (its FSDP shard, as in the
 authors' setup). Three scalars (dot, two squared norms) and the conflict counts are summed over
@@ -38,7 +44,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-PCGRAD_MODES = ("symmetric", "generator_dominant", "norm_equalised", "none", "global")
+PCGRAD_MODES = ("symmetric", "generator_dominant", "norm_equalised", "norm_mean", "none", "global")
+AUTHORS_EPS = 1e-12  # authors' dp_actor.py default
+AUTHORS_MAX_RATIO = 0.3  # authors' norm_equalised cap (RL/trainer/config/actor/actor.yaml)
 _TINY = 1e-30
 
 
@@ -74,13 +82,14 @@ def save_grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor | None
 
 
 def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[torch.Tensor | None],
-                       mode: str = "symmetric", sharded: bool | None = None) -> PCGradStats:
+                       mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
+                       max_ratio: float = AUTHORS_MAX_RATIO) -> PCGradStats:
     """g_gen is the current `p.grad`, g_ret the saved list (consumed: its entries are reused as
     buffers and set to None). Writes the combined gradient into `p.grad`."""
     params = list(params)
     if len(saved_ret) != len(params):
         raise ValueError(f"pcgrad: {len(params)} parameters but {len(saved_ret)} saved gradients")
-    out, stats = _combine_inplace(saved_ret, [p.grad for p in params], mode, sharded)
+    out, stats = _combine_inplace(saved_ret, [p.grad for p in params], mode, sharded, eps, max_ratio)
     for p, g in zip(params, out):
         p.grad = g
     saved_ret[:] = [None] * len(saved_ret)
@@ -88,19 +97,22 @@ def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[tor
 
 
 def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.Tensor | None],
-                   mode: str = "symmetric", sharded: bool | None = None
-                   ) -> tuple[list[torch.Tensor | None], PCGradStats]:
+                   mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
+                   max_ratio: float = AUTHORS_MAX_RATIO) -> tuple[list[torch.Tensor | None], PCGradStats]:
     """Functional form (inputs untouched): the combined gradient per tensor and the statistics."""
     if len(g_ret) != len(g_gen):
         raise ValueError(f"pcgrad: {len(g_ret)} retriever but {len(g_gen)} generator gradients")
     clone = lambda gs: [None if g is None else g.detach().clone() for g in gs]  # noqa: E731
-    return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded)
+    return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded, eps, max_ratio)
 
 
 def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], mode: str,
-                     sharded: bool | None) -> tuple[list[torch.Tensor | None], PCGradStats]:
+                     sharded: bool | None, eps: float = AUTHORS_EPS, max_ratio: float = AUTHORS_MAX_RATIO
+                     ) -> tuple[list[torch.Tensor | None], PCGradStats]:
     if mode not in PCGRAD_MODES:
         raise ValueError(f"pcgrad mode must be one of {PCGRAD_MODES}, got {mode!r}")
+    if eps < 0 or max_ratio <= 0:
+        raise ValueError(f"pcgrad: eps ({eps}) must be >= 0 and max_ratio ({max_ratio}) > 0")
     present = [i for i in range(len(g_ret)) if g_ret[i] is not None or g_gen[i] is not None]
     if not present:
         return list(g_gen), PCGradStats(0.0, 0.0, 0.0, 0.0, 0, 0)
@@ -126,21 +138,28 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
     dot_all, sq_ret_all, sq_gen_all, n_conf, n_tens = totals.tolist()
 
     one = torch.ones_like(d)
+    # Projecting g_ret onto g_gen's normal plane adds -d/|g_gen|^2 to g_gen's coefficient, and
+    # vice versa; a projection onto a gradient with squared norm <= eps is skipped.
+    onto_gen, onto_ret = conflict & (ng > eps), conflict & (nr > eps)
     if mode == "global":
-        hit = dot_all < 0
-        c_ret = one * ((1 - dot_all / max(sq_ret_all, _TINY)) if hit else 1.0)
-        c_gen = one * ((1 - dot_all / max(sq_gen_all, _TINY)) if hit else 1.0)
+        c_ret = one * ((1 - dot_all / max(sq_ret_all, _TINY)) if dot_all < 0 and sq_ret_all > eps else 1.0)
+        c_gen = one * ((1 - dot_all / max(sq_gen_all, _TINY)) if dot_all < 0 and sq_gen_all > eps else 1.0)
     elif mode == "none":
         c_ret, c_gen = one, one
-    elif mode == "norm_equalised":
+    elif mode == "norm_equalised":  # authors: global cap on |g_ret|, then one-sided projection
+        norm_r_all, norm_g_all = sq_ret_all ** 0.5, sq_gen_all ** 0.5
+        s = max_ratio * norm_g_all / norm_r_all if norm_r_all > max_ratio * norm_g_all and norm_g_all > eps else 1.0
+        c_ret = one * s
+        c_gen = torch.where(onto_gen, 1 - s * d / ng.clamp_min(_TINY), one)
+    elif mode == "norm_mean":
         norm_r, norm_g = nr.sqrt(), ng.sqrt()
         cos = d / (norm_r * norm_g).clamp_min(_TINY)
         mean_norm = (norm_r + norm_g) / 2
         c_ret = torch.where(conflict, (1 - cos) * mean_norm / norm_r.clamp_min(_TINY), one)
         c_gen = torch.where(conflict, (1 - cos) * mean_norm / norm_g.clamp_min(_TINY), one)
     else:
-        c_gen = torch.where(conflict, 1 - d / ng.clamp_min(_TINY), one)
-        c_ret = one if mode == "generator_dominant" else torch.where(conflict, 1 - d / nr.clamp_min(_TINY), one)
+        c_gen = torch.where(onto_gen, 1 - d / ng.clamp_min(_TINY), one)
+        c_ret = one if mode == "generator_dominant" else torch.where(onto_ret, 1 - d / nr.clamp_min(_TINY), one)
 
     scale = mode != "none"  # plain sum: skip multiplying every gradient by 1
     out = list(g_gen)

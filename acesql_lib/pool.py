@@ -24,6 +24,11 @@ Readings of the spec (documented choices):
 - A column set that is empty (a matching SQL that reads no column, e.g. `SELECT 1`) is not added:
   the retriever reward requires a non-empty selection, so such a target could never be reached.
 
+- Which rollouts add (`pool_additions`, `grpo.pool_add_gate`): "format" (paper profile, the
+  authors' RL/rewards/joint_reward.py) adds a matching rollout's set only when its output passes
+  the generator reward's format gate (think block, sql block after the last `</think>`); "match"
+  (kit) adds every execution match, even one whose reward is 0 for its format.
+
 Ties are returned in a fixed order (smaller sets first, then by sorted names), so runs are
 deterministic.
 """
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 POOL_MODES = ("sft_rollouts", "union", "static_gold")
+POOL_ADD_GATES = ("format", "match")
 POOL_FORMAT_VERSION = 1
 
 ColumnSet = frozenset[str]
@@ -44,6 +50,19 @@ ColumnSet = frozenset[str]
 
 def _set_key(s: ColumnSet) -> tuple[int, list[str]]:
     return (len(s), sorted(s))
+
+
+def pool_additions(parses: Iterable[Any], matches: Iterable[bool], sets: Iterable[Iterable[str] | None],
+                   gate: str = "format") -> list[ColumnSet]:
+    """The column sets one visit adds: one per matching generator rollout whose set resolved and
+    is non-empty; with gate "format" only rollouts whose parse passes the format gate (`format_ok`)."""
+    if gate not in POOL_ADD_GATES:
+        raise ValueError(f"pool add gate must be one of {POOL_ADD_GATES}, got {gate!r}")
+    out = []
+    for parse, match, s in zip(parses, matches, sets):
+        if match and s and (gate == "match" or parse.format_ok):
+            out.append(frozenset(s))
+    return out
 
 
 class ColumnSetPool:

@@ -52,14 +52,27 @@ class Task:
         except ColumnResolutionError:
             return None
 
-    def columns_of(self, sql: str) -> frozenset[str] | None:
+    def columns_of(self, sql: str, bare_tables: str = "anchor") -> frozenset[str] | None:
         """Column set of a predicted SQL, or None when it cannot be resolved (kit rule: never guessed)."""
         if not sql:
             return None
         try:
-            return column_set(sql, self.schema)
+            return column_set(sql, self.schema, bare_tables=bare_tables)
         except ColumnResolutionError:
             return None
+
+
+TRUNCATION_RULES = ("length", "no_stop")
+
+
+def is_truncated(c: Completion, max_new_tokens: int, rule: str = "length") -> bool:
+    """"length": the response reached the budget (authors' joint_reward.py: length >= limit, a
+    final stop token included); "no_stop": it ended without a stop token (kit: engines' flag)."""
+    if rule == "length":
+        return c.n_tokens >= max_new_tokens
+    if rule == "no_stop":
+        return c.truncated
+    raise ValueError(f"truncation rule must be one of {TRUNCATION_RULES}, got {rule!r}")
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]], enable_thinking: bool = True) -> str:
@@ -126,13 +139,19 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retrieve
             temperature: float, top_p: float = 1.0, max_new_tokens: int = 2048, vote_mode: str = "majority",
             vote_threshold: float = 0.5, style: str = "paper", enable_thinking: bool = True,
             seed: int | None = None, compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0,
-            progress: bool = False) -> list[QuestionRollout]:
-    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation sample counts)."""
+            progress: bool = False, think_rule: str = "authors", retriever_parser: str = "authors",
+            truncation: str = "length") -> list[QuestionRollout]:
+    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation sample counts).
+
+    `think_rule` / `retriever_parser`: the parsers' rule sets (prompts module); `truncation`:
+    "length" (authors: the response reached max_new_tokens) or "no_stop" (kit: no stop token).
+    """
+    cut = lambda c: is_truncated(c, max_new_tokens, truncation)  # noqa: E731
     # 1. retriever rollouts on the full schema
     r_prompts = [retriever_prompt(t, tokenizer, style, enable_thinking) for t in tasks]
     r_out = _sample(engine, r_prompts, n_retriever, temperature, top_p, max_new_tokens, seed)
-    r_parses = [[parse_retriever(c.text, t.schema, truncated=c.truncated) for c in outs]
-                for t, outs in zip(tasks, r_out)]
+    r_parses = [[parse_retriever(c.text, t.schema, truncated=cut(c), rules=retriever_parser, think_rules=think_rule)
+                 for c in outs] for t, outs in zip(tasks, r_out)]
     # 2. vote: one pruned schema per question, shared by its generator samples
     g_prompts: list[list[str]] = []
     selections: list[frozenset[str]] = []
@@ -156,7 +175,7 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retrieve
                         None if seed is None else seed + 1)
     results = []
     for t, rp, ro, sel, gp, go in zip(tasks, r_parses, r_out, selections, g_prompts, g_out):
-        g_parses = [parse_generator(c.text, truncated=c.truncated) for c in go]
+        g_parses = [parse_generator(c.text, truncated=cut(c), rules=think_rule) for c in go]
         results.append(QuestionRollout(
             task=t, retriever=RoleSamples([r_prompts[len(results)]] * n_retriever, ro, rp), selected=sel,
             generator=RoleSamples(gp * n_generator if len(gp) == 1 else gp, go, g_parses)))

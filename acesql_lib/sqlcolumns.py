@@ -17,6 +17,9 @@ Rules the rest of the kit relies on:
   (`SELECT count(*) FROM singer`) contributes its primary-key columns (all of a composite key),
   or its first column when it has no key, so the pruned schema still shows the table.
   `cover_bare_tables` applies the rule to any column set; `anchor_columns` names the columns.
+  `bare_tables="none"` is the authors' extractor (RL/utils/Schema_From_SQL.py): such a table
+  contributes nothing, so `SELECT count(*) FROM singer` has the empty set (which the pool never
+  adds); the paper profile uses it for pool additions (`grpo.bare_table_columns`).
 - **Stars.** `SELECT *` and `t.*` expand to every column of the tables they cover (what SQLite
   reads); `count(*)` reads no column.
 - **Output aliases** used in ORDER BY / HAVING / GROUP BY are not table columns.
@@ -82,7 +85,7 @@ class _SchemaEntry:
                                      dialect=DIALECT)
         self.table_names = {t.name.lower() for t in schema.tables}
         self.columns_by_table = {t.name.lower(): {c.name.lower() for c in t.columns} for t in schema.tables}
-        self.results: dict[str, frozenset[str] | str] = {}  # sql -> set, or the error message
+        self.results: dict[str, tuple[frozenset[str], tuple[str, ...]] | str] = {}  # sql -> (columns, tables) or error
 
 
 _ENTRIES: OrderedDict[int, _SchemaEntry] = OrderedDict()
@@ -101,11 +104,18 @@ def _entry(schema: Schema) -> _SchemaEntry:
 
 
 # resolution --------------------------------------------------------------------------------
-def column_set(sql: str, schema: Schema, cache: bool = True) -> frozenset[str]:
+BARE_TABLE_RULES = ("anchor", "none")
+
+
+def column_set(sql: str, schema: Schema, cache: bool = True, bare_tables: str = "anchor") -> frozenset[str]:
     """Every canonical `table.column` that `sql` references (module doc); raises ColumnResolutionError.
 
-    Results (and errors) are cached per Schema object and SQL text; `cache=False` recomputes.
+    `bare_tables`: "anchor" (kit rule: a table read through no column stands as its key) or
+    "none" (authors' extractor: it adds nothing). Results (and errors) are cached per Schema
+    object and SQL text; `cache=False` recomputes.
     """
+    if bare_tables not in BARE_TABLE_RULES:
+        raise ValueError(f"bare_tables must be one of {BARE_TABLE_RULES}, got {bare_tables!r}")
     entry = _entry(schema)
     cached = entry.results.get(sql) if cache else None
     if cached is None:
@@ -118,10 +128,12 @@ def column_set(sql: str, schema: Schema, cache: bool = True) -> frozenset[str]:
         entry.results[sql] = cached
     if isinstance(cached, str):
         raise ColumnResolutionError(cached)
-    return cached
+    columns, tables = cached
+    return cover_bare_tables(columns, tables, schema) if bare_tables == "anchor" else columns
 
 
-def _resolve(sql: str, entry: _SchemaEntry) -> frozenset[str]:
+def _resolve(sql: str, entry: _SchemaEntry) -> tuple[frozenset[str], tuple[str, ...]]:
+    """(referenced columns, tables read), before any bare-table rule."""
     schema = entry.schema
     try:
         statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
@@ -176,7 +188,7 @@ def _resolve(sql: str, entry: _SchemaEntry) -> frozenset[str]:
             columns.add(name)
     if not columns and not tables:
         raise ColumnResolutionError("query reads no table")
-    return cover_bare_tables(columns, tables, schema)
+    return frozenset(columns), tuple(tables)
 
 
 def _double_quoted_strings_to_literals(tree: exp.Expr, sql: str, entry: _SchemaEntry, tables: set[str]) -> None:

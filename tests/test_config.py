@@ -99,3 +99,25 @@ def test_eval_set_paths_follow_the_tiny_world_folder():
     assert default.path == "data/tinyworld/dev/dev.json" and default.db_root == "data/tinyworld/dev/dev_databases"
     moved = load_config("tiny", {"data.tinyworld_dir": "/elsewhere/world"}).eval.sets[0]
     assert moved.path == "/elsewhere/world/dev/dev.json" and moved.tables == "/elsewhere/world/dev/dev_tables.json"
+
+
+AUTHORS_SEMANTICS = {"generator_truncation_gate": False, "truncation": "length", "think_rule": "authors",
+                     "retriever_parser": "authors", "pool_add_gate": "format", "bare_table_columns": "none",
+                     "pcgrad_eps": 1e-12, "pcgrad_max_ratio": 0.3, "retriever_reward": "sparse"}
+
+
+@pytest.mark.parametrize("profile", ["tiny", "paper"])
+def test_profiles_train_and_evaluate_with_the_authors_semantics(profile):
+    cfg = load_config(profile)
+    assert {k: getattr(cfg.grpo, k) for k in AUTHORS_SEMANTICS} == AUTHORS_SEMANTICS
+    assert cfg.eval.retriever_parser == "authors" and cfg.eval.generator_parser == "authors"
+    assert {k: getattr(GRPOConfig(), k) for k in AUTHORS_SEMANTICS} == AUTHORS_SEMANTICS
+
+
+@pytest.mark.parametrize("key,value", [("grpo.truncation", "sometimes"), ("grpo.think_rule", "loose"),
+                                       ("grpo.pool_add_gate", "any"), ("grpo.bare_table_columns", "pk"),
+                                       ("grpo.pcgrad_eps", -1.0), ("eval.retriever_parser", "regex"),
+                                       ("eval.generator_parser", "regex")])
+def test_bad_semantics_option_is_named(key, value):
+    with pytest.raises(ConfigError, match=key):
+        load_config("tiny", overrides={key: value})

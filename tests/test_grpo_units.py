@@ -106,3 +106,24 @@ def test_run_summary_reads_reward_thirds_and_validation_from_the_log(tmp_path):
     log.write_text("")
     with pytest.raises(ValueError, match="no logged steps"):
         run_summary(log)
+
+
+@pytest.mark.parametrize("kind,expected", [("sparse", 0.0), ("dense", 4.0 - 6 / 2), ("dense_kit", 0.75)])
+def test_trainer_retriever_reward_dispatch(kind, expected):
+    # the trainer's reward choice on one parse: sparse vs the (empty) targets, the authors' dense
+    # formula on the pool after the step's adds (best set {Name}; Age is irrelevant noise),
+    # the kit's dense reward against the gold set when there is no target
+    from types import SimpleNamespace
+
+    from acesql_lib.config import GRPOConfig
+    from acesql_lib.grpo import JointGRPO
+    from acesql_lib.prompts import parse_retriever, retriever_target
+    from acesql_lib.rewards import LengthPenalty
+    from acesql_lib.schema import Column, Schema, Table
+
+    schema = Schema("db", [Table("singer", [Column("Name", "TEXT"), Column("Age", "INTEGER")])])
+    parse = parse_retriever(retriever_target({"singer.Name", "singer.Age"}, "t"), schema)
+    trainer = SimpleNamespace(g=GRPOConfig(retriever_reward=kind), penalty=LengthPenalty())
+    roll = SimpleNamespace(task=SimpleNamespace(gold_columns=frozenset({"singer.Name"})))
+    pool_after = {frozenset({"singer.Name"}): 1.0}
+    assert JointGRPO._retriever_reward(trainer, roll, parse, 100, [], pool_after) == pytest.approx(expected)

@@ -44,16 +44,49 @@ def test_generator_dominant_by_hand():
     assert out.tolist() == pytest.approx([-0.5, 1.5])
 
 
-def test_norm_equalised_by_hand():
+def test_norm_mean_by_hand():
     # both rescaled to the mean norm m = (1 + sqrt 2) / 2, then symmetric projection:
     # result = (1 - cos) * m * (u1 + u2) with cos = -1/sqrt 2, u the unit vectors
     #        = 2.0607 * [0.2929, 0.7071] = [0.6036, 1.4571]
     g1, g2 = T([1.0, 0.0]), T([-1.0, 1.0])
-    (out,), _ = combined([g1], [g2], "norm_equalised")
+    (out,), _ = combined([g1], [g2], "norm_mean")
     assert out.tolist() == pytest.approx([0.6036, 1.4571], abs=1e-4)
     m = (g1.norm() + g2.norm()) / 2
     s1, s2 = g1 / g1.norm() * m, g2 / g2.norm() * m
     assert out.tolist() == pytest.approx((project(s1, s2) + project(s2, s1)).tolist())
+
+
+def test_norm_equalised_is_the_authors_cap_then_one_sided_projection():
+    # |g_ret| = 2 > 0.3 |g_gen| = 0.3 sqrt 2: g_ret scaled to 0.3 sqrt 2, then projected onto g_gen's normal
+    g_ret, g_gen = T([2.0, 0.0], dtype=torch.float64), T([-1.0, 1.0], dtype=torch.float64)
+    (out,), stats = combined([g_ret], [g_gen], "norm_equalised")
+    capped = g_ret * (0.3 * g_gen.norm() / g_ret.norm())
+    assert out.tolist() == pytest.approx((g_gen + project(capped, g_gen)).tolist())
+    assert out.tolist() == pytest.approx([-0.787868, 1.212132], abs=1e-6)
+    assert stats.n_conflicts == 1
+    # below the cap: no scaling, still only the retriever gradient is projected
+    (small,), _ = combined([T([0.1, 0.0], dtype=torch.float64)], [g_gen], "norm_equalised")
+    assert small.tolist() == pytest.approx([-0.95, 1.05])
+    # no conflict: the cap still applies, nothing is projected
+    (agree,), _ = combined([T([1.0, 0.0], dtype=torch.float64)], [T([1.0, 1.0], dtype=torch.float64)],
+                           "norm_equalised")
+    assert agree.tolist() == pytest.approx([1 + 0.3 * math.sqrt(2), 1.0])
+    (other,), _ = combined([g_ret], [g_gen], "norm_equalised", max_ratio=1.0)  # cap at |g_gen|
+    assert other.tolist() == pytest.approx((g_gen + project(g_ret * (g_gen.norm() / 2), g_gen)).tolist())
+
+
+def test_no_projection_onto_a_gradient_with_squared_norm_at_most_eps():
+    # |g_ret|^2 = 1e-14 <= 1e-12: g_gen is NOT projected onto g_ret (authors); g_ret is still projected
+    g_ret, g_gen = T([1e-7, 0.0], dtype=torch.float64), T([-1.0, 1.0], dtype=torch.float64)
+    (authors,), _ = combined([g_ret], [g_gen], "symmetric")
+    assert authors.tolist() == pytest.approx((project(g_ret, g_gen) + g_gen).tolist(), abs=1e-6)
+    assert authors.tolist() == pytest.approx([-1 + 0.5e-7, 1 + 0.5e-7], abs=1e-6)
+    (kit,), _ = combined([g_ret], [g_gen], "symmetric", eps=0.0)  # kit: projects onto any non-zero gradient
+    assert kit.tolist() == pytest.approx((project(g_ret, g_gen) + project(g_gen, g_ret)).tolist(), abs=1e-6)
+    assert kit.tolist() == pytest.approx([0.5e-7, 1 + 0.5e-7], abs=1e-6)
+    # the same skip when the generator gradient is the tiny one (generator_dominant projects g_ret onto it)
+    (dom,), _ = combined([g_gen], [g_ret], "generator_dominant")
+    assert dom.tolist() == pytest.approx((g_gen + g_ret).tolist())
 
 
 def test_none_is_plain_sum_but_still_measures_conflict():
@@ -62,7 +95,7 @@ def test_none_is_plain_sum_but_still_measures_conflict():
     assert stats.conflict_ratio == 1.0
 
 
-@pytest.mark.parametrize("mode", ["symmetric", "generator_dominant", "norm_equalised", "none", "global"])
+@pytest.mark.parametrize("mode", ["symmetric", "generator_dominant", "norm_mean", "none", "global"])
 def test_no_conflict_is_plain_sum(mode):
     (out,), stats = combined([T([1.0, 0.0])], [T([1.0, 1.0])], mode)
     assert out.tolist() == [2.0, 1.0]

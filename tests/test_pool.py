@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from acesql_lib.pool import ColumnSetPool
+from acesql_lib.pool import ColumnSetPool, pool_additions
 
 A = frozenset({"t.a", "t.id"})
 B = frozenset({"t.b", "t.id"})
@@ -144,3 +144,17 @@ def test_bad_arguments():
     pool = sft_pool()
     with pytest.raises(ValueError, match="already"):
         pool.add_question("q1")
+
+
+def test_pool_additions_follow_the_format_gate():
+    from acesql_lib.prompts import parse_generator
+
+    good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
+    no_think = parse_generator("```sql\nSELECT a FROM t\n```")  # executes and may match, but reward 0
+    parses, matches, sets = [good, no_think, good, good], [True, True, False, True], [A, B, C, frozenset()]
+    # authors (format): only the well-formed match; an unmatched or empty set never joins
+    assert pool_additions(parses, matches, sets) == [A]
+    assert pool_additions(parses, matches, sets, gate="match") == [A, B]  # kit: any match
+    assert pool_additions([good], [True], [None]) == []  # unresolved SQL
+    with pytest.raises(ValueError, match="gate"):
+        pool_additions(parses, matches, sets, gate="reward")

@@ -8,6 +8,7 @@ from acesql_lib.prompts import (
     generator_messages, generator_target, parse_generator, parse_retriever, parse_think, question_text,
     retriever_messages, retriever_target,
 )
+from acesql_lib.evalparse import parse_generator_eval, parse_retriever_eval
 from acesql_lib.schema import Column, Schema, Table, load_tables_json
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -92,8 +93,11 @@ def test_retriever_target_round_trips_on_every_fixture_schema(spider, bird):
 
 def test_retriever_target_round_trips_names_with_commas():
     schema = Schema("x", [Table("t", [Column("a,b", "TEXT"), Column("c", "TEXT")])])
-    p = parse_retriever(retriever_target(["t.a,b", "t.c"], "x"), schema)
+    p = parse_retriever(retriever_target(["t.a,b", "t.c"], "x"), schema, rules="kit")
     assert p.columns == {"t.a,b", "t.c"} and p.n_items == 2
+    # the authors' parser splits on every comma, backticks or not: "`t.a" and "b`" match nothing
+    p = parse_retriever(retriever_target(["t.a,b", "t.c"], "x"), schema)
+    assert p.columns == {"t.c"} and p.n_items == 3 and p.n_dropped == 2
 
 
 def test_generator_target_round_trips():
@@ -115,35 +119,55 @@ def test_targets_refuse_text_that_would_not_parse_back():
 
 # ---------------------------------------------------------------- think block
 
-def test_parse_think_cases():
-    assert parse_think("<think>a</think>b") == parse_think("<think>a</think>b", prefilled_think=True)
-    closed = parse_think("<think> a </think> rest")
+@pytest.mark.parametrize("rules", ["authors", "kit"])
+def test_parse_think_cases(rules):
+    think = lambda text, **kw: parse_think(text, rules=rules, **kw)  # noqa: E731
+    assert think("<think>a</think>b") == think("<think>a</think>b", prefilled_think=True)
+    closed = think("<think> a </think> rest")
     assert closed.has_think and closed.think == "a" and closed.answer == " rest"
-    unclosed = parse_think("<think> still thinking [singer.Name]")
+    unclosed = think("<think> still thinking [singer.Name]")
     assert unclosed.opened and not unclosed.has_think and unclosed.answer == ""
-    none = parse_think("just an answer [x.y]")
+    none = think("just an answer [x.y]")
     assert not none.opened and not none.has_think and none.answer == "just an answer [x.y]"
-    pre = parse_think("reasoning here</think>\nanswer", prefilled_think=True)
+    pre = think("reasoning here</think>\nanswer", prefilled_think=True)
     assert pre.has_think and pre.think == "reasoning here" and pre.answer == "\nanswer"
-    reopened = parse_think("<think>a</think> b <think> c")
+
+
+def test_think_tags_kit_voids_reopened_and_misordered_blocks():
+    reopened = parse_think("<think>a</think> b <think> c", rules="kit")
     assert reopened.opened and not reopened.has_think and reopened.answer == ""
+    assert not parse_think("x </think> y <think> z", rules="kit").has_think
+
+
+def test_think_tags_authors_need_both_tags_anywhere_and_read_after_the_last_close():
+    # authors' joint_reward.py: '<think>' in s and '</think>' in s; answer = s.split('</think>')[-1]
+    reopened = parse_think("<think>a</think> b <think> c")
+    assert reopened.has_think and reopened.think == "a" and reopened.answer == " b <think> c"
+    misordered = parse_think("x </think> y <think> z </think> answer")
+    assert misordered.has_think and misordered.answer == " answer"
+    close_first = parse_think("x </think> y <think> z")
+    assert close_first.has_think and close_first.answer == " y <think> z"
+    assert not parse_think("only </think> close").has_think and not parse_think("<think> only open").has_think
+    sql = parse_generator("<think>a</think>\n```sql\nSELECT 1\n```\n<think> more")
+    assert sql.format_ok and sql.sql == "SELECT 1"
+    assert not parse_generator("<think>a</think>\n```sql\nSELECT 1\n```\n<think> more", rules="kit").format_ok
 
 
 # ---------------------------------------------------------------- retriever parser
 
 def test_retriever_takes_last_list_after_think(singer):
     text = "<think>maybe [singer.Age] or [stadium.Name]</think>\n```\n[singer.Name]\n```\nnot [concert.Year"
-    p = parse_retriever(text, singer)
+    p = parse_retriever(text, singer, rules="kit")
     assert p.columns == {"singer.Name"} and p.has_think and p.has_list
 
 
 def test_retriever_list_inside_think_only_is_no_answer(singer):
-    p = parse_retriever("<think>[singer.Name, singer.Age]</think>\nI am done.", singer)
+    p = parse_retriever("<think>[singer.Name, singer.Age]</think>\nI am done.", singer, rules="kit")
     assert p.has_think and not p.has_list and p.columns == frozenset() and not p.well_formed
 
 
 def test_retriever_unclosed_think_gives_no_answer(singer):
-    p = parse_retriever("<think>plan\n```\n[singer.Name]\n```", singer, truncated=True)
+    p = parse_retriever("<think>plan\n```\n[singer.Name]\n```", singer, truncated=True, rules="kit")
     assert not p.has_think and not p.has_list and p.columns == frozenset() and p.truncated
 
 
@@ -153,7 +177,7 @@ def test_retriever_without_think_still_parses_but_is_not_well_formed(singer):
 
 
 def test_retriever_nested_brackets_are_flattened(singer):
-    p = parse_retriever(wrap("[singer.Name, [singer.Age, singer.Country]]"), singer)
+    p = parse_retriever(wrap("[singer.Name, [singer.Age, singer.Country]]"), singer, rules="kit")
     assert p.columns == {"singer.Name", "singer.Age", "singer.Country"} and p.n_items == 3
 
 
@@ -169,7 +193,7 @@ def test_retriever_quoted_and_backticked_items(singer):
 
 
 def test_retriever_drops_tables_and_unknown_items_and_counts_them(singer):
-    p = parse_retriever(wrap("[singer, singer.Name, singer.nope, stadium.*, , concert.Year]"), singer)
+    p = parse_retriever(wrap("[singer, singer.Name, singer.nope, stadium.*, , concert.Year]"), singer, rules="kit")
     assert p.columns == {"singer.Name", "concert.Year"}
     assert p.n_items == 5 and p.n_dropped == 3
 
@@ -180,7 +204,7 @@ def test_retriever_case_and_punctuation_variants(singer):
 
 
 def test_retriever_empty_list(singer):
-    p = parse_retriever(wrap("```\n[]\n```"), singer)
+    p = parse_retriever(wrap("```\n[]\n```"), singer, rules="kit")
     assert p.has_list and p.well_formed and p.columns == frozenset() and p.n_items == 0
 
 
@@ -211,8 +235,11 @@ def test_generator_ignores_sql_inside_think_and_unclosed_blocks():
 
 
 def test_generator_other_languages_are_not_sql_blocks():
-    p = parse_generator(wrap("```sqlite\nSELECT 1\n```\n```python\nprint(1)\n```"))
+    p = parse_generator(wrap("```sqlite\nSELECT 1\n```\n```python\nprint(1)\n```"), rules="kit")
     assert not p.has_sql_block
+    # the authors' pattern ```sql(.*?)``` also opens on ```sqlite: a block whose "SQL" starts with "ite"
+    p = parse_generator(wrap("```sqlite\nSELECT 1\n```"))
+    assert p.has_sql_block and p.sql == "ite\nSELECT 1"
 
 
 def test_generator_without_think_or_truncated_is_not_well_formed():
@@ -220,3 +247,73 @@ def test_generator_without_think_or_truncated_is_not_well_formed():
     assert no_think.sql == "SELECT 1" and not no_think.has_think and not no_think.well_formed
     cut = parse_generator(wrap("```sql\nSELECT 1\n```"), truncated=True)
     assert cut.sql == "SELECT 1" and cut.truncated and not cut.well_formed
+
+
+# ---------------------------------------------------------------- authors' retriever parsers
+
+def test_authors_training_list_needs_a_character_inside_the_brackets(singer):
+    text = wrap("```\n[singer.Name, singer.Age]\n```\nand nothing else: []")
+    assert parse_retriever(text, singer).columns == {"singer.Name", "singer.Age"}
+    assert parse_retriever(text, singer, rules="kit").columns == frozenset()  # kit reads the empty last list
+    assert not parse_retriever(wrap("```\n[]\n```"), singer).has_list
+
+
+def test_authors_training_nested_list_reads_up_to_the_first_close(singer):
+    text = wrap("[[singer.Name], singer.Age]")
+    assert parse_retriever(text, singer).columns == {"singer.Name"}
+    assert parse_retriever(text, singer, rules="kit").columns == {"singer.Name", "singer.Age"}
+
+
+def test_authors_training_normalised_collision_takes_the_later_column():
+    schema = Schema("x", [Table("t", [Column("a_b", "TEXT"), Column("ab", "TEXT")])])
+    text = wrap("[t.a b]")
+    assert parse_retriever(text, schema).columns == {"t.ab"}
+    assert parse_retriever(text, schema, rules="kit").columns == frozenset()  # kit: ambiguous, dropped
+
+
+def test_authors_training_reads_items_from_the_whole_text_but_gates_on_the_answer(singer):
+    p = parse_retriever("<think>[singer.Name, singer.Age]</think>\nI am done.", singer)
+    assert p.columns == {"singer.Name", "singer.Age"} and p.has_think and not p.has_list and not p.format_ok
+    bare = parse_retriever(wrap("[singer, singer.Name, stadium.*]"), singer)
+    assert bare.columns == {"singer.Name"} and bare.n_dropped == 2  # bare tables and t.* are not columns here
+
+
+def test_authors_eval_takes_the_first_list_anywhere(singer):
+    text = "<think>maybe [singer.Age]</think>\nfinal: [singer.Name]"
+    assert parse_retriever_eval(text, singer).columns == {"singer.Age"}
+    assert parse_retriever_eval(text, singer, parser="kit").columns == {"singer.Name"}
+    fenced = "<think>maybe [singer.Age]</think>\n```\n[singer.Name]\n```"
+    assert parse_retriever_eval(fenced, singer).columns == {"singer.Name"}  # a code-block list comes first
+
+
+def test_authors_eval_expands_tables_and_reads_json(singer):
+    everything = lambda t: {c for c in singer.columns() if c.startswith(t + ".")}  # noqa: E731
+    p = parse_retriever_eval(wrap("```\n[singer, stadium.*, concert., singer_in_concert.Singer_ID]\n```"), singer)
+    assert p.columns == everything("singer") | everything("stadium") | everything("concert") \
+        | {"singer_in_concert.Singer_ID"}
+    js = parse_retriever_eval(wrap('```json\n{"singer": ["Name", "Age"], "stadium": ["Capacity"]}\n```'), singer)
+    assert js.columns == {"singer.Name", "singer.Age", "stadium.Capacity"}
+    cols = parse_retriever_eval(wrap('```json\n{"columns": ["singer.Name"]}\n```'), singer)
+    assert cols.columns == {"singer.Name"}
+
+
+def test_authors_eval_falls_back_to_the_raw_completion(singer):
+    # the extracted JSON block holds no list; the raw completion's first list is read instead
+    text = wrap('```json\n{"note": 1}\n```\n[singer.Name]')
+    assert parse_retriever_eval(text, singer).columns == {"singer.Name"}
+    assert parse_retriever_eval(wrap("no list at all"), singer).columns == frozenset()
+    with pytest.raises(ValueError, match="parser"):
+        parse_retriever_eval("x", singer, parser="nope")
+
+
+def test_authors_eval_sql_extraction_and_the_kit_alternative():
+    # EVAL/sql_infer.py: last ```sql block anywhere (also inside the think block)
+    assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block").sql == "SELECT 1"
+    assert parse_generator_eval("<think>```sql\nSELECT 1\n```</think>\nno block", parser="kit").sql == ""
+    assert parse_generator_eval(wrap("```\nSELECT 2\n```")).sql == "SELECT 2"  # a plain fence holding SELECT
+    cut = wrap("```sql\nSELECT name\nFROM singer;\nmore")  # unclosed block: lines from SELECT to ';'
+    assert parse_generator_eval(cut).sql == "SELECT name\nFROM singer;"
+    assert parse_generator_eval(cut, parser="kit").sql == ""  # kit: a cut-off query is not run
+    assert parse_generator_eval("no query").sql == "no query" and parse_generator_eval("").sql == ""
+    with pytest.raises(ValueError, match="parser"):
+        parse_generator_eval("x", parser="nope")

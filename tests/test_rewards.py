@@ -7,7 +7,7 @@ import torch
 from acesql_lib.config import GRPOConfig
 from acesql_lib.prompts import generator_target, parse_generator, parse_retriever, retriever_target
 from acesql_lib.rewards import (
-    LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, length_penalty,
+    LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward, group_advantages, length_penalty,
     make_generator_reward_fn, make_retriever_reward_fn, retriever_reward,
 )
 from acesql_lib.schema import load_tables_json
@@ -56,7 +56,16 @@ def test_generator_reward_gates():
     assert generator_reward(good, False, 100) == 0.0
     assert generator_reward(parse_generator("```sql\nSELECT 1\n```"), True, 100) == 0.0  # no think
     assert generator_reward(parse_generator("<think>t</think> SELECT 1"), True, 100) == 0.0  # no sql block
-    assert generator_reward(parse_generator(generator_target("SELECT 1", "t"), truncated=True), True, 100) == 0.0
+    cut = parse_generator(generator_target("SELECT 1", "t"), truncated=True)
+    assert generator_reward(cut, True, 100, truncation_gate=True) == 0.0  # kit: truncated outputs earn 0
+
+
+def test_generator_reward_is_not_gated_on_truncation_by_default():
+    # authors' joint_reward.py: a well-formed matching SQL at the 2,048-token limit earns 1 - 0.5
+    cut = parse_generator(generator_target("SELECT 1", "t"), truncated=True)
+    assert generator_reward(cut, True, 2048) == 0.5
+    assert generator_reward(cut, True, 2048, truncation_gate=True) == 0.0
+    assert generator_reward(cut, False, 2048) == 0.0
 
 
 # ---------------------------------------------------------------- retriever (sparse)
@@ -113,7 +122,9 @@ def test_generator_reward_fn_shape():
     out = fn(completions, matches=[True, True, True], completion_ids=[[0] * 10, [0] * 10, [0] * 1280],
              prompts=["p"] * 3)
     assert out == pytest.approx([1.0, 0.0, 0.75])
-    assert fn(completions[:1], matches=[True], n_tokens=[10], truncated=[True]) == [0.0]
+    assert fn(completions[:1], matches=[True], n_tokens=[10], truncated=[True]) == [1.0]  # authors: no gate
+    gated = make_generator_reward_fn(truncation_gate=True)
+    assert gated(completions[:1], matches=[True], n_tokens=[10], truncated=[True]) == [0.0]
     with pytest.raises(ValueError, match="n_tokens"):
         fn(completions[:1], matches=[True])
     with pytest.raises(ValueError, match="matches"):
@@ -122,8 +133,8 @@ def test_generator_reward_fn_shape():
 
 def test_retriever_reward_fn_with_db_ids_and_schema_objects(schemas, singer):
     sparse = make_retriever_reward_fn(schemas)
-    dense = make_retriever_reward_fn(schemas, kind="dense")
-    assert sparse.__name__ == "retriever_reward_sparse" and dense.__name__ == "retriever_reward_dense"
+    dense = make_retriever_reward_fn(schemas, kind="dense_kit")
+    assert sparse.__name__ == "retriever_reward_sparse" and dense.__name__ == "retriever_reward_dense_kit"
     completions = [retriever_target(NAME_AGE, "t"), retriever_target({"singer.Name"}, "t")]
     targets = [[sorted(NAME_AGE)], [sorted(NAME_AGE), ["singer.Country"]]]
     kw = dict(targets=targets, db_id=["concert_singer"] * 2, n_tokens=[10, 10])
@@ -134,6 +145,39 @@ def test_retriever_reward_fn_with_db_ids_and_schema_objects(schemas, singer):
         sparse(completions, targets=targets, db_id=["nope", "nope"], n_tokens=[1, 1])
     with pytest.raises(ValueError, match="schema"):
         make_retriever_reward_fn()(completions, targets=targets, n_tokens=[1, 1])
+
+
+def test_authors_dense_reward_by_hand(singer):
+    # pool after the adds: A = {Name, Age} 1.5, B = {Name, Country} 1.0; total 2.5 -> best set A,
+    # column weights Name 1.0, Age 0.6, Country 0.4 (useful: > 0.1), Song_Name 0 (irrelevant)
+    pool = {NAME_AGE: 1.5, frozenset({"singer.Name", "singer.Country"}): 1.0}
+    r = lambda cols, **kw: authors_dense_retriever_reward(ret_parse(singer, cols, **kw), pool)  # noqa: E731
+    assert r(NAME_AGE) == pytest.approx(4.0)
+    assert r({"singer.Name", "singer.Country"}) == pytest.approx(2.0 + 0.4 * 4)  # half covered + useful noise
+    assert r({"singer.Name", "singer.Song_Name"}) == pytest.approx(2.0 - 6 * 1 / 2)  # irrelevant noise
+    assert r(NAME_AGE | {"singer.Country", "singer.Song_Name"}) == pytest.approx(4 - 6 / 4 + 0.4 * 0.5 * 4)
+    assert r(NAME_AGE, truncated=True) == pytest.approx(4.0)  # no truncation gate, no length penalty
+    assert authors_dense_retriever_reward(parse_retriever("[singer.Name, singer.Age]", singer), pool) == 0.0
+    assert r(()) == 0.0  # empty selection
+
+
+def test_authors_dense_reward_empty_pool_uses_gold_and_ties_take_the_smallest_set(singer):
+    gold = {"singer.Name"}
+    assert authors_dense_retriever_reward(ret_parse(singer, gold), {}, gold) == 4.0
+    assert authors_dense_retriever_reward(ret_parse(singer, NAME_AGE), {}, gold) == pytest.approx(4 - 3)
+    assert authors_dense_retriever_reward(ret_parse(singer, NAME_AGE), {}, ()) == 0.0  # no best set
+    tie = {frozenset({"singer.Age", "singer.Country"}): 1.0, frozenset(gold): 1.0}
+    assert authors_dense_retriever_reward(ret_parse(singer, gold), tie) == 4.0
+
+
+def test_authors_dense_reward_fn_reads_pool_weights(schemas, singer):
+    fn = make_retriever_reward_fn(schemas, kind="dense")
+    completions = [retriever_target(NAME_AGE, "t")] * 2
+    pools = [{NAME_AGE: 1.0}, {}]
+    assert fn(completions, pool_weights=pools, gold=[[], ["singer.Name"]], db_id=["concert_singer"] * 2,
+              n_tokens=[10, 10]) == pytest.approx([4.0, 1.0])
+    with pytest.raises(ValueError, match="pool_weights"):
+        fn(completions, db_id=["concert_singer"] * 2, n_tokens=[10, 10])
 
 
 # ---------------------------------------------------------------- advantages

@@ -171,3 +171,18 @@ def test_unresolvable_sql_raises_with_reason(sql, reason):
     assert reason.lower() in str(err.value).lower()
     with pytest.raises(ColumnResolutionError, match="."):  # cached errors raise again
         column_set(sql, CONCERT)
+
+
+def test_authors_bare_table_rule_adds_no_column():
+    # the authors' extractor (RL/utils/Schema_From_SQL.py) finds no column in a bare table
+    assert column_set("SELECT count(*) FROM singer", CONCERT, bare_tables="none") == frozenset()
+    assert column_set("SELECT count(*) FROM singer", CONCERT) == {"singer.Singer_ID"}  # kit rule (default)
+    join = "SELECT T1.Name FROM singer AS T1 JOIN concert AS T2"
+    assert column_set(join, CONCERT, bare_tables="none") == {"singer.Name"}
+    assert column_set(join, CONCERT) == {"singer.Name", "concert.concert_ID"}
+    # the cache holds one resolution for both rules; errors stay errors under either rule
+    assert column_set("SELECT count(*) FROM singer", CONCERT, bare_tables="none") == frozenset()
+    with pytest.raises(ColumnResolutionError):
+        column_set("SELECT nope FROM singer", CONCERT, bare_tables="none")
+    with pytest.raises(ValueError, match="bare_tables"):
+        column_set("SELECT 1", CONCERT, bare_tables="pk")
