@@ -6,7 +6,10 @@ timeout (func_timeout style: run in a thread, join(timeout)). Both score in "set
 and must agree on every pair. Also measured: how long a runaway query holds the caller with a
 1 s limit, and whether it keeps running after control returns.
 
-    python benchmarks/executor_bench.py [--world DIR] [--pairs 2000] [--workers 2]
+    python benchmarks/executor_bench.py [--world DIR] [--pairs 2000] [--workers 2] [--previous FILE]
+
+`--previous FILE` also runs another version of the executor on the same pairs, side by side (for
+example `git show <commit>:acesql_lib/executor.py > prev.py`), to measure what a change costs.
 
 Without --world, six SQLite databases (4 tables, thousands of rows) are built in a temp folder;
 with --world, every *.sqlite under DIR is used. Pairs are generated from each database's own
@@ -255,8 +258,29 @@ def run_ours(items, workers: int):
     scores = score_batch(items, mode="set", timeout_s=TIMEOUT_S, workers=workers, progress=False)
     wall = time.perf_counter() - start
     pool = executor._POOL
-    cpu = time.process_time() - cpu0 + (sum(proc_cpu_s(w.proc.pid) for w in pool.workers) if pool else 0.0)
+    cpu = time.process_time() - cpu0 + (sum(proc_cpu_s(w.proc.pid) for w in pool.workers if w is not None) if pool else 0.0)
     shutdown_pool()
+    return scores, wall, cpu
+
+
+def load_previous(path: str):
+    """Import an older executor module from a file (workers import it by name, so it goes on sys.path)."""
+    import importlib
+    import shutil
+    folder = tempfile.mkdtemp()
+    shutil.copy(path, Path(folder) / "previous_executor.py")
+    sys.path.insert(0, folder)
+    return importlib.import_module("previous_executor")
+
+
+def run_previous(module, items, workers: int):
+    module.shutdown_pool()
+    cpu0, start = time.process_time(), time.perf_counter()
+    scores = module.score_batch(items, mode="set", timeout_s=TIMEOUT_S, workers=workers, progress=False)
+    wall = time.perf_counter() - start
+    pool = module._POOL
+    cpu = time.process_time() - cpu0 + (sum(proc_cpu_s(w.proc.pid) for w in pool.workers if w is not None) if pool else 0.0)
+    module.shutdown_pool()
     return scores, wall, cpu
 
 
@@ -276,6 +300,7 @@ def main() -> None:
     ap.add_argument("--world", help="folder with *.sqlite databases; default: build six in a temp folder")
     ap.add_argument("--pairs", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--previous", help="an older executor module file to run side by side")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
     dbs = sorted(Path(args.world).rglob("*.sqlite")) if args.world else build_world(Path(tmp.name))
@@ -285,6 +310,10 @@ def main() -> None:
 
     base, t_base, c_base = run_base(pairs, args.workers)
     ours, t_ours, c_ours = run_ours(pairs, args.workers)
+    previous = load_previous(args.previous) if args.previous else None
+    if previous is not None:
+        prev, t_prev, c_prev = run_previous(previous, pairs, args.workers)
+        ours2, t_ours2, c_ours2 = run_ours(pairs, args.workers)  # again, after: drift on a shared machine shows
     # Same pairs with every prediction made textually unique: no reuse of identical SQL text.
     unique = [(f"{p} /* {i} */", g, d) for i, (p, g, d) in enumerate(pairs)]
     ours_u, t_ours_u, c_ours_u = run_ours(unique, args.workers)
@@ -308,6 +337,15 @@ def main() -> None:
                             ("score_batch, every pred unique text", t_ours_u, c_ours_u, disagree_u)]:
         print(f"{name:38}{t:8.2f}{len(pairs) / t:9.1f}{t_base / t:6.2f}x{c:8.2f}{c_base / c:6.2f}x  "
               f"{'' if dis is None else dis}")
+    if previous is not None:
+        dis_prev = sum(int(a.correct) != int(b.correct) for a, b in zip(prev, ours))
+        for name, t, c, dis in [("previous executor", t_prev, c_prev, dis_prev),
+                                ("score_batch (again, after it)", t_ours2, c_ours2, None)]:
+            print(f"{name:38}{t:8.2f}{len(pairs) / t:9.1f}{t_base / t:6.2f}x{c:8.2f}{c_base / c:6.2f}x  "
+                  f"{'' if dis is None else dis}")
+        mean_ours = (t_ours + t_ours2) / 2
+        print(f"this executor vs the previous one (wall, mean of the runs before and after it): "
+              f"{mean_ours / t_prev:.3f}x the time ({100 * (mean_ours / t_prev - 1):+.1f}%)")
     print(f"without the {len(pairs) - len(fast)} pairs that touch a slow query ({len(fast)} pairs):")
     for name, t, c, dis in [("baseline (BIRD evaluation.py style)", t_base_f, c_base_f, None),
                             ("score_batch", t_ours_f, c_ours_f, disagree_f)]:

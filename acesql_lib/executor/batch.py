@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from .compare import MODES, gold_has_order_by, rows_match
 from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ExecResult, execute_here, result_width
 
-HARD_FACTOR = 1.2  # a worker still inside one SQL phase at 1.2 x its deadline (+ margin) is killed
+HARD_FACTOR = 1.1  # a worker still inside one SQL phase at 1.1 x its deadline (+ margin) is killed
 HARD_MARGIN_S = 0.05
 WORKER_MEMORY_BYTES = 2 << 30  # address space a worker may add to what it holds at start (RLIMIT_AS)
 
@@ -309,6 +309,8 @@ class _Pool:
         """pid -> ("gold", first index of its group) or ("pred", index) for what each worker runs now."""
         out = {}
         for w in list(self.workers):
+            if w is None:
+                continue
             try:
                 item = w.in_flight()
                 if item is not None:
@@ -322,11 +324,13 @@ class _Pool:
         from multiprocessing.connection import wait
         with self.lock:
             queue, deaths = deque(tasks), 0
-            while queue or any(w.busy for w in self.workers):
-                for w in self.workers:
-                    while queue and len(w.tasks) < QUEUE_DEPTH:
+            while queue or any(w is not None and w.busy for w in self.workers):
+                for i, w in enumerate(self.workers):
+                    if w is None and queue:  # a slot emptied by a kill: refilled when there is work for it
+                        w = self.workers[i] = _Worker(self.ctx)
+                    while w is not None and queue and len(w.tasks) < QUEUE_DEPTH:
                         w.assign(queue.popleft())
-                busy = [w for w in self.workers if w.busy]
+                busy = [w for w in self.workers if w is not None and w.busy]
                 now = time.monotonic()
                 # wake up in time for the nearest hard deadline
                 nap = min([0.5] + [-w.overrun(now) for w in busy if w.clock[0]])
@@ -355,9 +359,8 @@ class _Pool:
                         continue
                     deaths += 1
                     queue.extendleft(reversed(self._salvage(w, status, reason, on_gold, on_pred)))
-                    w.proc.join(timeout=5)
                     w.conn.close()
-                    self.workers[self.workers.index(w)] = _Worker(self.ctx)
+                    self.workers[self.workers.index(w)] = None  # replaced lazily: the answer is not held up
             return deaths
 
     @staticmethod
@@ -407,7 +410,8 @@ class _Pool:
 
     def shutdown(self) -> None:
         for w in self.workers:
-            w.stop()
+            if w is not None:
+                w.stop()
         self.workers = []
 
 
