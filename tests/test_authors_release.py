@@ -312,3 +312,15 @@ def test_release_settings_are_checked(tmp_path):
     with pytest.raises(FileNotFoundError, match="download_acesql_release"):
         A.release_file(tmp_path, "rl_train")
     assert A.release_file(AUTHORS, "pool") == POOL and A.release_file(AUTHORS, "rl_validation") == VALIDATION
+
+
+def test_command_line_writes_the_sft_jsonl_the_sft_launcher_reads(tmp_path, release, capsys):
+    from acesql_lib.sft import read_samples
+
+    out = tmp_path / "sft_samples.jsonl"
+    A.main(["--config", "paper", "--set", f"data.authors_release_dir={release}", "--write-sft", str(out),
+            "--pool-stats"])
+    assert [s["role"] for s in read_samples(out)] == ["retriever", "generator", "generator", "generator"]
+    printed = capsys.readouterr().out
+    stats = json.loads(printed[printed.index("{"):])
+    assert stats["questions"] == 2953 and stats["rows"] == 10 and stats["rows_gold_absent"] == 0
