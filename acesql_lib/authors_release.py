@@ -185,24 +185,45 @@ def _parse_sets(sets: Any) -> dict[frozenset[int], float] | str:
     return out
 
 
+_KEY_FIELDS = ("pool_key", "question_key", "key")
+_SETS_FIELDS = ("column_sets", "col_sets", "sets", "pool", "weights", "freq")
+_SET_FIELDS, _WEIGHT_FIELDS = ("column_set", "col_set", "set", "columns"), ("weight", "freq", "frequency", "count")
+
+
+def _pool_items(rows: list[Any], path: Path) -> list[tuple[str, Any]]:
+    """(key, sets) from parquet rows: one row per question (a mapping, a JSON string or a parquet
+    map of set -> weight) or one row per (question, set, weight)."""
+    items: dict[str, Any] = {}
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {i} is a {type(row).__name__}, not a record")
+        key = next((row[k] for k in _KEY_FIELDS if isinstance(row.get(k), str)), None)
+        sets = next((row[k] for k in _SETS_FIELDS if row.get(k) is not None), None)
+        one = next((row[k] for k in _SET_FIELDS if row.get(k) is not None), None)
+        weight = next((row[k] for k in _WEIGHT_FIELDS if row.get(k) is not None), None)
+        if key is not None and isinstance(sets, list):  # a parquet map reads as [(set, weight), ...]
+            sets = dict(sets) if all(isinstance(x, (list, tuple)) and len(x) == 2 for x in sets) else sets
+        if key is not None and sets is not None:
+            items[key] = sets
+        elif key is not None and one is not None and weight is not None:
+            text = ",".join(str(x) for x in sorted(one)) if isinstance(one, (list, tuple)) else str(one)
+            bucket = items.setdefault(key, {})
+            if isinstance(bucket, dict):
+                bucket[text] = weight
+        else:
+            raise ValueError(f"{path}: row {i}: no question key with its column sets among fields {sorted(row)}")
+    return list(items.items())
+
+
 def read_pool(path: str | Path) -> tuple[RawPool, ReadReport]:
     """The released initial pool as {pool key: {frozenset of column indices: weight}}.
 
-    Reads `initial_pool.json`, or the hub's parquet copy when its rows hold a key and the
-    question's sets (columns `pool_key`/`question_key`/`key` and a mapping or JSON string)."""
+    Reads `initial_pool.json` (the tested format), or a parquet copy whose rows hold a question
+    key (`pool_key`/`question_key`/`key`) with its sets, as one mapping per question or one row per set."""
     data = read_records(path)
     report = ReadReport(str(path))
     if isinstance(data, list):  # parquet rows
-        items = []
-        for i, row in enumerate(data):
-            key = next((row.get(k) for k in ("pool_key", "question_key", "key") if isinstance(row, dict)
-                        and isinstance(row.get(k), str)), None)
-            sets = next((v for k, v in row.items() if k not in ("pool_key", "question_key", "key")
-                         and isinstance(v, (dict, str))), None) if isinstance(row, dict) else None
-            if key is None or sets is None:
-                fields = sorted(row) if isinstance(row, dict) else type(row).__name__
-                raise ValueError(f"{path}: row {i}: no question key and column-set mapping in fields {fields}")
-            items.append((key, sets))
+        items = _pool_items(data, Path(path))
     elif isinstance(data, dict):
         items = list(data.items())
     else:

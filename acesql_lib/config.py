@@ -55,6 +55,8 @@ class DataConfig:
         _check(self.max_train_examples >= 0, "data.max_train_examples", "must be >= 0 (0 = all)")
         _check(self.stage1_source in ("ours", "authors"), "data.stage1_source",
                f"must be 'ours' or 'authors', got {self.stage1_source!r}")
+        _check(self.stage1_source == "ours" or self.world == "synsql", "data.stage1_source",
+               "'authors' needs data.world 'synsql' (their questions are on SynSQL databases)")
 
 
 @dataclass

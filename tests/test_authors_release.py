@@ -99,6 +99,22 @@ def test_malformed_pool_entries_are_reported_and_skipped(tmp_path):
         A.read_pool(path)
 
 
+def test_a_parquet_copy_of_the_pool_reads_the_same(tmp_path, released):
+    plain, raw, _ = released
+    keys = sorted(plain)[:50]
+    per_question = [{"pool_key": k, "column_sets": json.dumps(plain[k])} for k in keys]
+    pq.write_table(pa.Table.from_pylist(per_question), tmp_path / "a.parquet")
+    per_set = [{"question_key": k, "column_set": [int(x) for x in s.split(",")], "weight": float(w)}
+               for k in keys for s, w in plain[k].items()]
+    pq.write_table(pa.Table.from_pylist(per_set), tmp_path / "b.parquet")
+    for name in ("a.parquet", "b.parquet"):
+        got, report = A.read_pool(tmp_path / name)
+        assert got == {k: raw[k] for k in keys} and report.kept == 50
+    pq.write_table(pa.Table.from_pylist([{"pool_key": keys[0], "note": "x"}]), tmp_path / "c.parquet")
+    with pytest.raises(ValueError, match=r"c.parquet: row 0: no question key with its column sets"):
+        A.read_pool(tmp_path / "c.parquet")
+
+
 # --- the RL rows -----------------------------------------------------------------------------
 
 
@@ -307,6 +323,8 @@ def test_sft_rollouts_plus_gold_seeds_the_distilled_pool(tmp_path):
 def test_release_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="data.stage1_source"):
         load_config("paper", {"data.stage1_source": "theirs"})
+    with pytest.raises(ConfigError, match="needs data.world 'synsql'"):
+        load_config("tiny", {"data.stage1_source": "authors"})
     with pytest.raises(ConfigError, match="grpo.pool_init"):
         load_config("paper", {"grpo.pool_init": "gold_plus"})
     with pytest.raises(FileNotFoundError, match="download_acesql_release"):
