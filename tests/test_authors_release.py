@@ -157,6 +157,21 @@ def test_release_pool_for_the_validation_questions_by_name(released, rows):
     assert pool.weights(rows[0].key)[rows[0].gold_columns] == 0.5
 
 
+def test_the_released_pool_trains_like_any_pool(tmp_path, released, rows):
+    """Visit, decay and add on a loaded released pool; it survives a save and load unchanged."""
+    _, raw, _ = released
+    tasks = A.rl_tasks(rows[:1], n_values=0)
+    pool, _ = A.pool_from_release(raw, A._questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
+    key, gold = rows[0].key, rows[0].gold_columns
+    alt = next(s for s in pool.weights(key) if s != gold)
+    assert pool.targets(key) == [alt]  # 11 rollouts used another route than the gold SQL (age_data.age)
+    pool.save(tmp_path / "pool.json")
+    assert ColumnSetPool.load(tmp_path / "pool.json").weights(key) == pool.weights(key)
+    assert pool.visit(key) == [alt] and pool.weights(key) == {alt: 5.5, gold: 0.25}
+    pool.add_matches(key, [gold] * 6)
+    assert pool.targets(key) == [gold] and pool.weights(key)[gold] == 6.25
+
+
 def test_malformed_rl_rows_are_reported_and_skipped(tmp_path):
     table = pq.read_table(VALIDATION).to_pylist()[:5]
     table[1]["reward_model"]["ground_truth"]["gold_column_indices"] = []
