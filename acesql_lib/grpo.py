@@ -540,10 +540,10 @@ def retire_stale_run(out: Path, settings: dict[str, Any]) -> Path | None:
 def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
                   progress: bool = True) -> JointGRPO:
     """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
-    from .authors_release import initial_pool
     from .distill import load_rl_tasks
     from .engines import make_engine
     from .models import load_policy, load_reference
+    from .pool_init import initial_pool
 
     policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from acesql_lib import authors_release as A
+from acesql_lib import pool_init as P
 from acesql_lib.config import ConfigError, load_config
 from acesql_lib.distill import load_rl_tasks, load_sft_samples, run_distillation
 from acesql_lib.paths import Paths
@@ -69,7 +70,7 @@ def test_all_2953_questions_load_into_a_column_set_pool(released):
 
 def test_pool_statistics_say_how_gold_enters(released, rows):
     _, raw, _ = released
-    s = A.pool_statistics(raw, rows)
+    s = P.pool_statistics(raw, rows)
     assert (s["questions"], s["entries"]) == (2953, 5009)
     assert (s["integer_weights"], s["half_weights"], s["fractional_weights"]) == (4159, 471, 379)
     assert s["questions_with_a_half_weight"] == 471 and s["questions_with_two_half_weights"] == 0
@@ -146,7 +147,7 @@ def test_gold_column_indices_name_the_gold_sqls_column_set(rows):
 def test_release_pool_for_the_validation_questions_by_name(released, rows):
     plain, raw, _ = released
     tasks = A.rl_tasks(rows, n_values=0)
-    pool, counts = A.pool_from_release(raw, A._questions(tasks, {r.example.db_id: r.column_names for r in rows}))
+    pool, counts = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     assert counts == {"questions_loaded": 40, "released_questions_not_used": 2913}
     for r in rows:
         names = r.column_names
@@ -161,7 +162,7 @@ def test_the_released_pool_trains_like_any_pool(tmp_path, released, rows):
     """Visit, decay and add on a loaded released pool; it survives a save and load unchanged."""
     _, raw, _ = released
     tasks = A.rl_tasks(rows[:1], n_values=0)
-    pool, _ = A.pool_from_release(raw, A._questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
+    pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
     key, gold = rows[0].key, rows[0].gold_columns
     alt = next(s for s in pool.weights(key) if s != gold)
     assert pool.targets(key) == [alt]  # 11 rollouts used another route than the gold SQL (age_data.age)
@@ -230,7 +231,7 @@ def test_seed_gold_adds_the_gold_set_at_half_only_where_no_rollout_used_it():
     gold = {"used": {"t.a", "t.b"}, "unused": {"t.a"}, "none": {"t.c"}, "no_gold": ()}
     rollouts = {"used": [{"t.a", "t.b"}, {"t.a", "t.b"}, {"t.b"}], "unused": [{"t.a", "t.d"}], "none": [],
                 "no_gold": [{"t.x"}]}
-    pool, seeded = A.seed_gold(ColumnSetPool.from_rollouts(rollouts, gold))
+    pool, seeded = P.seed_gold(ColumnSetPool.from_rollouts(rollouts, gold))
     assert seeded == 2
     assert pool.weights("used") == {frozenset({"t.a", "t.b"}): 2.0, frozenset({"t.b"}): 1.0}
     assert pool.weights("unused") == {frozenset({"t.a", "t.d"}): 1.0, frozenset({"t.a"}): 0.5}
@@ -240,7 +241,7 @@ def test_seed_gold_adds_the_gold_set_at_half_only_where_no_rollout_used_it():
     assert pool.targets("unused") == [frozenset({"t.a", "t.d"})] and pool.targets("none") == [frozenset({"t.c"})]
     pool.visit("used")
     with pytest.raises(ValueError, match="already visited"):
-        A.seed_gold(pool)
+        P.seed_gold(pool)
 
 
 def test_seed_gold_rebuilds_the_released_pool_of_the_validation_questions(released, rows):
@@ -248,11 +249,11 @@ def test_seed_gold_rebuilds_the_released_pool_of_the_validation_questions(releas
     again: the released pool comes back on all 40 rows."""
     _, raw, _ = released
     tasks = A.rl_tasks(rows, n_values=0)
-    pool, _ = A.pool_from_release(raw, A._questions(tasks, {r.example.db_id: r.column_names for r in rows}))
+    pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     data = pool.to_dict()
     for q in data["questions"].values():
         q["sets"] = [s for s in q["sets"] if not (s[1] == 0.5 and sorted(s[0]) == q["gold"])]
-    rebuilt, seeded = A.seed_gold(ColumnSetPool.from_dict(data))
+    rebuilt, seeded = P.seed_gold(ColumnSetPool.from_dict(data))
     assert seeded == 8
     assert all(rebuilt.weights(r.key) == pool.weights(r.key) for r in rows)
 
@@ -291,16 +292,16 @@ def test_stage1_source_authors_gives_their_tasks_sft_samples_and_pool(tmp_path, 
                                           f"{train[0].example.db_id}.sqlite")
     samples = load_sft_samples(paths.distill, cfg)
     assert [s["role"] for s in samples] == ["retriever", "generator", "generator", "generator"]
-    pool = A.initial_pool(cfg, paths, [*train, *val])
+    pool = P.initial_pool(cfg, paths, [*train, *val])
     assert len(pool) == 40
     t = val[-1]
     names = A.index_names(t.schema)
     assert pool.weights(t.qid) == {frozenset(names[i] for i in indices(s)): float(w) for s, w in plain[t.qid].items()}
-    static = A.initial_pool(load_config("paper", {**authors_over(tmp_path, release), "grpo.pool_init": "static_gold"}),
+    static = P.initial_pool(load_config("paper", {**authors_over(tmp_path, release), "grpo.pool_init": "static_gold"}),
                             paths, [*train, *val])
     assert static.targets(t.qid) == [t.gold_columns]
     with pytest.raises(ValueError, match="union"):
-        A.initial_pool(load_config("paper", {**authors_over(tmp_path, release), "grpo.pool_init": "union"}),
+        P.initial_pool(load_config("paper", {**authors_over(tmp_path, release), "grpo.pool_init": "union"}),
                        paths, train)
     with pytest.raises(RuntimeError, match="nothing to distil"):
         run_distillation(cfg, train, None, None, tmp_path / "distill")
@@ -314,12 +315,12 @@ def test_pool_init_authors_file_with_other_questions_is_a_clear_error(tmp_path, 
     cfg = load_config("paper", {"grpo.pool_init": "authors_file",
                                 "grpo.authors_pool_file": str(release / "RL" / "data" / "initial_pool.json")})
     tasks = A.rl_tasks(rows[:3], n_values=0)
-    pool = A.initial_pool(cfg, Paths.from_config(cfg), tasks)  # their questions, by db_id||question
+    pool = P.initial_pool(cfg, Paths.from_config(cfg), tasks)  # their questions, by db_id||question
     assert pool.weights(tasks[0].qid)[rows[0].gold_columns] == 0.5
     for t in tasks:
         t.example.question += " (reworded)"
     with pytest.raises(ValueError, match="none of the 3 RL questions has an entry"):
-        A.initial_pool(cfg, Paths.from_config(cfg), tasks)
+        P.initial_pool(cfg, Paths.from_config(cfg), tasks)
 
 
 def test_sft_rollouts_plus_gold_seeds_the_distilled_pool(tmp_path):
@@ -327,10 +328,10 @@ def test_sft_rollouts_plus_gold_seeds_the_distilled_pool(tmp_path):
     assert cfg.grpo.pool_init == "sft_rollouts_plus_gold"
     paths = Paths.from_config(cfg)
     ColumnSetPool.from_rollouts({"a": [{"t.x"}], "b": []}, {"a": {"t.y"}, "b": {"t.z"}}).save(paths.distill / "pool.json")
-    pool = A.initial_pool(cfg, paths, [])
+    pool = P.initial_pool(cfg, paths, [])
     assert pool.weights("a") == {frozenset({"t.x"}): 1.0, frozenset({"t.y"}): 0.5}
     assert pool.targets("b") == [frozenset({"t.z"})]
-    plain = A.initial_pool(load_config("tiny", {"run_dir": str(tmp_path / "run"), "grpo.pool_init": "sft_rollouts"}),
+    plain = P.initial_pool(load_config("tiny", {"run_dir": str(tmp_path / "run"), "grpo.pool_init": "sft_rollouts"}),
                            paths, [])
     assert plain.weights("a") == {frozenset({"t.x"}): 1.0} and plain.targets("b") == []
 
