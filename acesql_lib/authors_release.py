@@ -470,7 +470,7 @@ def release_tasks(cfg: Any, paths: Any = None) -> tuple[list[Task], list[Task]]:
 
 
 def release_sft_samples(cfg: Any) -> list[dict[str, Any]]:
-    """Both roles' released SFT samples (retriever first, as the kit's distillation writes them)."""
+    """Both roles' released SFT samples: the retriever file's, then the generator file's."""
     samples = []
     for role in ("retriever", "generator"):
         part, report = read_sft(release_file(release_dir(cfg), f"sft_{role}"), role)
