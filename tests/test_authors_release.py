@@ -346,6 +346,10 @@ def test_release_settings_are_checked(tmp_path):
     with pytest.raises(FileNotFoundError, match="download_acesql_release"):
         A.release_file(tmp_path, "rl_train")
     assert A.release_file(AUTHORS, "pool") == POOL and A.release_file(AUTHORS, "rl_validation") == VALIDATION
+    hub = tmp_path / "hub" / "data" / "rl"  # the hub dataset's layout
+    hub.mkdir(parents=True)
+    shutil.copy(VALIDATION, hub / "validation.parquet")
+    assert A.release_file(tmp_path / "hub", "rl_validation") == hub / "validation.parquet"
 
 
 def test_command_line_writes_the_sft_jsonl_the_sft_launcher_reads(tmp_path, release, capsys):
