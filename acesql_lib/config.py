@@ -51,6 +51,8 @@ class DataConfig:
     tiny_n_train: int = 3000  # tiny world: SynSQL-format training questions
     tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions
     tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
+    stage1_source: str = "ours"  # "ours": stage 1 (§3) run by the kit; "authors": their released SFT/RL rows and pool (§7)
+    authors_release_dir: str = "data/acesql_release"  # the downloaded release (datasets.download_acesql_release)
 
     def __post_init__(self) -> None:
         _check(self.world in ("synsql", "tinyworld"), "data.world", f"must be 'synsql' or 'tinyworld', got {self.world!r}")
@@ -61,6 +63,10 @@ class DataConfig:
         _check(self.values_top_k > 0 and self.values_max_hits > 0, "data.values_top_k", "values_top_k and values_max_hits must be > 0")
         _check(0 <= self.values_min_match <= 1, "data.values_min_match", "must be in [0, 1]")
         _check(self.max_train_examples >= 0, "data.max_train_examples", "must be >= 0 (0 = all)")
+        _check(self.stage1_source in ("ours", "authors"), "data.stage1_source",
+               f"must be 'ours' or 'authors', got {self.stage1_source!r}")
+        _check(self.stage1_source == "ours" or self.world == "synsql", "data.stage1_source",
+               "'authors' needs data.world 'synsql' (their questions are on SynSQL databases)")
 
 
 @dataclass
@@ -190,6 +196,9 @@ class SFTConfig:
         _check(self.per_device_batch_size > 0, "sft.per_device_batch_size", "must be > 0")
 
 
+POOL_INITS = ("sft_rollouts_plus_gold", "sft_rollouts", "union", "static_gold", "authors_file")
+
+
 @dataclass
 class GRPOConfig:
     batch_questions: int = 16  # §4: B = 16 questions per step
@@ -202,7 +211,10 @@ class GRPOConfig:
     exec_timeout_s: float = 30.0  # §4 step 4
     compare_mode: str = "multiset"  # §4 step 4
     gamma: float = 0.5  # §4 step 5 pool decay
-    pool_init: str = "sft_rollouts"  # §4 step 5: "sft_rollouts" (default), "union" (UNKNOWN reading), "static_gold" (ablation)
+    # §4 step 5; authors' released pool: SFT rollout counts plus the gold set at 0.5 when no rollout used it.
+    # Also "sft_rollouts" (counts only), "union" (UNKNOWN reading), "static_gold" (ablation), "authors_file".
+    pool_init: str = "sft_rollouts_plus_gold"
+    authors_pool_file: str = ""  # pool_init "authors_file": their initial_pool.json; "" = the one in data.authors_release_dir
     len_penalty_start: int = 512  # §4 step 6: p_len = 0.5 * clip((L - 512) / (2048 - 512), 0, 1)
     len_penalty_end: int = 2048
     len_penalty_max: float = 0.5
@@ -241,7 +253,7 @@ class GRPOConfig:
 
     def __post_init__(self) -> None:
         _check(self.vote in ("majority", "union", "per_retriever"), "grpo.vote", f"unknown vote {self.vote!r}")
-        _check(self.pool_init in ("sft_rollouts", "union", "static_gold"), "grpo.pool_init",
+        _check(self.pool_init in POOL_INITS, "grpo.pool_init",
                f"unknown pool_init {self.pool_init!r}")
         _check(self.retriever_reward in ("sparse", "dense", "dense_kit"), "grpo.retriever_reward",
                "must be sparse, dense or dense_kit")

@@ -95,6 +95,9 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                      style: str = "paper", progress: bool = True, model: str = "") -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
     not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
+    if cfg.data.stage1_source == "authors":
+        raise RuntimeError("data.stage1_source is 'authors': stage 1 comes from the authors' release, so there is "
+                           "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
     d = cfg.distill
     settings = shard_settings(cfg, style, model)
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
@@ -224,7 +227,11 @@ def save_products(p: DistillProducts, tasks: Sequence[Task], out_dir: str | Path
     (out / "summary.json").write_text(json.dumps(p.summary, indent=2, default=str))
 
 
-def load_sft_samples(out_dir: str | Path) -> list[dict[str, Any]]:
+def load_sft_samples(out_dir: str | Path, cfg: Config | None = None) -> list[dict[str, Any]]:
+    if cfg is not None and cfg.data.stage1_source == "authors":  # the authors' released SFT files
+        from .authors_release import release_sft_samples
+
+        return release_sft_samples(cfg)
     path = Path(out_dir) / "sft_samples.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no SFT samples; run the self-distillation notebook (02) first")
@@ -232,7 +239,11 @@ def load_sft_samples(out_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
-    """The RL question set and its validation split, as written by `save_products`."""
+    """The RL question set and its validation split, as written by `save_products` (or the authors' rows)."""
+    if cfg.data.stage1_source == "authors":
+        from .authors_release import release_tasks
+
+        return release_tasks(cfg, paths)
     path = Path(paths.distill) / "rl_questions.json"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no RL question set; run the self-distillation notebook (02) first")

@@ -524,7 +524,8 @@ def run_settings(cfg: Config, paths: Any) -> dict[str, Any]:
 
     return {"grpo": dataclasses.asdict(cfg.grpo), "engine": dataclasses.asdict(cfg.engine), "seed": cfg.seed,
             "start_model": model_tag(paths.sft_model), "reference": cfg.grpo.reference_model,
-            "pool": digest(paths.distill / "pool.json"), "rl_questions": digest(paths.distill / "rl_questions.json")}
+            "pool": digest(paths.distill / "pool.json"), "rl_questions": digest(paths.distill / "rl_questions.json"),
+            **({"stage1_source": "authors"} if cfg.data.stage1_source == "authors" else {})}
 
 
 def retire_stale_run(out: Path, settings: dict[str, Any]) -> Path | None:
@@ -552,13 +553,13 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     from .distill import load_rl_tasks
     from .engines import make_engine
     from .models import load_policy, load_reference
+    from .pool_init import initial_pool
 
     policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
     reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)
-    pool = ColumnSetPool.load(paths.distill / "pool.json", mode=cfg.grpo.pool_init)
-    pool.gamma = cfg.grpo.gamma  # the decay is an RL setting, whatever the file was written with
+    pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
     style = "tiny" if cfg.profile == "tiny" else "paper"
     out = paths.grpo_run(variant)
