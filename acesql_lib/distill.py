@@ -77,7 +77,7 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
         "retriever": [{"text": c.text, "columns": sorted(p.columns), "n_tokens": c.n_tokens, "well_formed": p.well_formed}
                       for c, p in zip(r.retriever.completions, r.retriever.parses)],
         "generator": [{"text": c.text, "sql": p.sql, "n_tokens": c.n_tokens, "well_formed": p.well_formed,
-                       "match": m, "columns": sorted(s) if s is not None else None}
+                       "format_ok": p.format_ok, "match": m, "columns": sorted(s) if s is not None else None}
                       for c, p, m, s in zip(r.generator.completions, r.generator.parses, r.matches, r.match_sets)],
     }
 
@@ -151,6 +151,23 @@ def _retriever_think(record: dict[str, Any], target: set[str]) -> str:
     return best or "Select the columns the query needs."
 
 
+def _pool_set(cfg: Config, task: Task, gen: dict[str, Any]) -> list[str] | None:
+    """The column set a distillation rollout gives the initial pool, by the same rules as GRPO's
+    pool additions (`grpo.pool_add_gate`, `grpo.bare_table_columns`; authors' code by default):
+    a match that passes the format gate, its set as the authors' extractor reads it."""
+    g = cfg.grpo
+    if not gen["match"] or not gen["columns"]:
+        return None
+    if g.pool_add_gate == "format" and not gen.get("format_ok", gen["well_formed"]):
+        return None
+    if g.bare_table_columns == "anchor" or not gen.get("sql"):
+        return gen["columns"]
+    cols = task.columns_of(gen["sql"], g.bare_table_columns)
+    if cols is None:  # not resolvable again here: the recorded set stands
+        return gen["columns"]
+    return sorted(cols) or None  # empty: `SELECT count(*) FROM t` adds nothing (authors' extractor)
+
+
 @dataclass
 class DistillProducts:
     sft_samples: list[dict[str, Any]]  # {"role", "qid", "prompt": [messages], "completion": [messages]}
@@ -173,7 +190,7 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
         pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
         gold[rec["qid"]] = rec["gold_columns"]
         sets = [g["columns"] for g in rec["generator"] if g["match"] and g["columns"]]
-        correct_sets[rec["qid"]] = sets
+        correct_sets[rec["qid"]] = [s for s in (_pool_set(cfg, by_id[rec["qid"]], g) for g in rec["generator"]) if s]
         n_correct += len(sets)
         n_alt += sum(1 for s in sets if s != rec["gold_columns"])
     # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,

@@ -119,3 +119,24 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
     folders = sorted(p for p in (tmp_path / "shards").iterdir())
     assert len(folders) == 3 and shards[0].exists()
     assert {json.loads((f / "settings.json").read_text())["temperature"] for f in folders} == {0.3, cfg.distill.temperature}
+
+
+def test_initial_pool_follows_the_grpo_addition_rules(tasks):
+    """The SFT-stage pool adds what GRPO's visits would: a match must pass the format gate
+    (grpo.pool_add_gate: format), and a SQL naming no column adds nothing (bare_table_columns: none)."""
+    _, ts = tasks
+    t = ts[0]
+    table = sorted(t.gold_columns)[0].split(".")[0]
+    g0 = sorted(t.gold_columns)
+    rec = record(t, [(True, g0, 30), (True, g0, 20), (True, g0, 25)])
+    for gen in rec["generator"][:2]:
+        gen["sql"] = t.example.sql
+    rec["generator"][1]["format_ok"] = False  # a match whose output fails the format gate
+    rec["generator"][2]["sql"] = f'SELECT count(*) FROM "{table}"'  # references no column
+    rec["generator"][2]["columns"] = ["anchor.pk"]  # what the kit's primary-key rule had recorded
+    authors = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3})
+    assert build_products(authors, ts, [rec], style="tiny").pool.weights(t.qid) == {frozenset(g0): 1}
+    kit = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3, "grpo.pool_add_gate": "match",
+                               "grpo.bare_table_columns": "anchor"})
+    assert build_products(kit, ts, [rec], style="tiny").pool.weights(t.qid) == {frozenset(g0): 2,
+                                                                                frozenset(["anchor.pk"]): 1}
