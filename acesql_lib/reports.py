@@ -29,8 +29,10 @@ import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 
+from . import stats  # noqa: E402
 from .config import REPO_ROOT, Config, load_config  # noqa: E402
 from .paths import Paths  # noqa: E402
+from .stats import Interval, percent  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ STAGE_LABELS = {"distill": "self-distillation", "base": "base", "sft": "SFT", "r
 SET_LABELS = {"bird_dev": "BIRD dev", "spider_dev": "Spider dev", "spider_test": "Spider test",
               "spider_dk": "Spider-DK", "spider_syn": "Spider-Syn", "spider_realistic": "Spider-Realistic"}
 ROLES = ("retriever", "generator")
-TABLES = ("table1_main", "table2_efficiency", "table3_robustness", "table4_ablation", "table5_hyperparameters")
+TABLES = ("table1_main", "table2_efficiency", "table3_robustness", "table4_ablation", "table5_hyperparameters", "claims")
 FIGURES = ("fig1_overview", "fig2_rewards", "fig3_output_length", "fig4_pool", "fig5_pcgrad", "fig6_routes")
 
 
@@ -64,7 +66,7 @@ def load_paper_results(path: Path | str = PAPER_RESULTS) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ReportInputError(f"{path}: cannot read paper results: {e}") from None
-    for key in ("main_results", "efficiency", "robustness", "ablation", "text", "hyperparameters"):
+    for key in ("main_results", "efficiency", "robustness", "ablation", "text", "hyperparameters", "set_sizes"):
         if not isinstance(data, dict) or key not in data:
             raise ReportInputError(f"{path}: missing section {key!r}")
     return data
@@ -77,12 +79,6 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _share_pct(value: Any) -> float | None:
-    """Shares are logged as fractions in [0, 1]; a value above 1 is taken as already in percent."""
-    v = _num(value)
-    return None if v is None else (v * 100.0 if v <= 1.0 else v)
-
-
 class ReportInputs:
     """Reads what the stages wrote, tolerating absence and reporting malformed records."""
 
@@ -93,6 +89,8 @@ class ReportInputs:
         self._metrics: dict[str, dict[str, Any] | None] = {}
         self._logs: dict[str, list[dict[str, Any]]] | None = None
         self._preds: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+        self._seed_preds: dict[tuple[str, str, str], list[dict[str, Any]]] | None = None
+        self._outcomes: dict[tuple[str, str, str], dict[Any, dict[str, Any]]] = {}
 
     def _problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -162,6 +160,57 @@ class ReportInputs:
                 self._preds[(path.parent.parent.name, path.parent.name)] = [rec for _, rec in self._jsonl(path)]
         return self._preds
 
+    def seed_predictions(self) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+        """(seed, stage, set) -> rows from `<run_dir>/seed-<k>/eval/<stage>/<set>/predictions.jsonl`: a
+        multi-seed study keeps one full run per seed under `seed-<k>/` (`study.py`)."""
+        if self._seed_preds is None:
+            self._seed_preds = {}
+            for path in sorted(self.run_dir.glob("seed-*/eval/*/*/predictions.jsonl")):
+                seed = path.parents[3].name.removeprefix("seed-")
+                self._seed_preds[(seed, path.parent.parent.name, path.parent.name)] = [
+                    rec for _, rec in self._jsonl(path)]
+        return self._seed_preds
+
+    def outcomes(self, stage: str, set_name: str, key: str = "correct") -> dict[Any, dict[str, Any]]:
+        """{seed: {question id: value}} for one stage and set: the seeds' files when a study wrote them,
+        else this run's file (seed None); {} when neither exists. `key` is "correct" (a bool per
+        question) or "tokens" (retriever + generator tokens). A row without an id or with a value of
+        the wrong type, or a repeated id, is reported and skipped."""
+        memo = (stage, set_name, key)
+        if memo in self._outcomes:
+            return self._outcomes[memo]
+        sources = {seed: rows for (seed, st, s), rows in self.seed_predictions().items() if (st, s) == (stage, set_name)}
+        if not sources and (stage, set_name) in self.predictions():
+            sources = {None: self.predictions()[(stage, set_name)]}
+        out: dict[Any, dict[str, Any]] = {}
+        for seed, rows in sorted(sources.items(), key=lambda kv: str(kv[0])):
+            where = self.run_dir / ("" if seed is None else f"seed-{seed}") / "eval" / stage / set_name / "predictions.jsonl"
+            got: dict[str, Any] = {}
+            bad, dup = 0, 0
+            for r in rows:
+                qid = r.get("id")
+                if key == "tokens":
+                    a, b = _num(r.get("retriever_tokens")), _num(r.get("generator_tokens"))
+                    value = None if a is None or b is None else a + b
+                else:
+                    value = r.get(key) if isinstance(r.get(key), bool) else None
+                if key == "alt_route" and value is None and r.get(key) is None and isinstance(qid, (str, int)):
+                    continue  # not correct, or its route did not resolve: no flag, not an error
+                if not isinstance(qid, (str, int)) or isinstance(qid, bool) or value is None:
+                    bad += 1
+                elif str(qid) in got:
+                    dup += 1
+                else:
+                    got[str(qid)] = value
+            if bad:
+                self._problem(f"{where}: {bad} row(s) without an id or a valid {key!r}, skipped")
+            if dup:
+                self._problem(f"{where}: {dup} repeated question id(s), later rows skipped")
+            if got:
+                out[seed] = got
+        self._outcomes[memo] = out
+        return out
+
     def _jsonl(self, path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
         """(line number, object) per JSON-object line; other lines are counted and reported once."""
         bad = 0
@@ -192,7 +241,7 @@ class ReportInputs:
 
     def alt_route_share(self, stage: str, set_name: str) -> float | None:
         """Percent of execution-correct predictions on an alternative route: metrics first, else predictions."""
-        v = _share_pct(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"))
+        v = percent(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"))
         if v is not None:
             return v
         flags = [bool(r["alt_route"]) for r in self.predictions().get((stage, set_name), [])
@@ -283,6 +332,61 @@ def _fmt(v: Any, missing: str = NOT_REPORTED) -> str:
     return missing if n is None else f"{n:.1f}"
 
 
+def fmt_ci(iv: Interval | None, missing: str = NOT_REPORTED, scale: float = 100.0, digits: int = 1) -> str:
+    """"47.3 [40.5, 54.2]": a fraction's estimate and 95% CI in percent (scale 100) or as counts (scale 1)."""
+    if iv is None:
+        return missing
+    return f"{scale * iv.estimate:.{digits}f} [{scale * iv.low:.{digits}f}, {scale * iv.high:.{digits}f}]"
+
+
+def fmt_diff(iv: Interval | None, missing: str = NOT_REPORTED, scale: float = 100.0, digits: int = 1) -> str:
+    """"+5.4 [+1.2, +9.8]": a difference with its 95% CI, signed."""
+    if iv is None:
+        return missing
+    return f"{scale * iv.estimate:+.{digits}f} [{scale * iv.low:+.{digits}f}, {scale * iv.high:+.{digits}f}]"
+
+
+def fmt_p(p: float | None, missing: str = NOT_REPORTED) -> str:
+    if p is None or not math.isfinite(p):
+        return missing
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def paper_ci(paper: dict[str, Any], value: Any, set_name: str) -> Interval | None:
+    """A published EX (%) as a Wilson CI at the set's size (`set_sizes` in the paper-results file)."""
+    v, n = _num(value), (paper.get("set_sizes") or {}).get(set_name)
+    return None if v is None or not n else stats.reported_ci(v, int(n))
+
+
+def _paper_cell(paper: dict[str, Any], value: Any, set_name: str, missing: str = NOT_REPORTED) -> str:
+    iv = paper_ci(paper, value, set_name)
+    return fmt_ci(iv) if iv is not None else _fmt(value, missing)
+
+
+def ex_interval(inputs: "ReportInputs", stage: str, set_name: str, m: dict[str, Any] | None = None) -> Interval | None:
+    """EX (a fraction) with its 95% CI: from the per-question predictions (one run: Wilson; several
+    seeds: the mean over seeds, bootstrap CI over questions of the seed-averaged correctness), else
+    from the metrics' EX and n (Wilson at the nearest count); None when neither exists."""
+    runs = inputs.outcomes(stage, set_name)
+    if len(runs) == 1:
+        return stats.ex_ci(next(iter(runs.values())))
+    if runs:
+        per_q = stats.seed_mean(runs, f"{stage} on {set_name}")
+        return stats.bootstrap_mean_ci(np.array([per_q[k] for k in sorted(per_q)]))
+    ex, n = _num((m or {}).get("ex")), _num((m or {}).get("n"))
+    return stats.reported_ci(ex, int(n)) if ex is not None and n else None
+
+
+def variant_stage(inputs: "ReportInputs", variant: str, set_name: str) -> str:
+    """The evaluation folder of a variant: base and sft as named; RL variants as notebook 06 names them
+    (`rl_<variant>`), the full method falling back to notebook 05's `rl`."""
+    if variant in ("base", "sft"):
+        return variant
+    if variant == "full" and not inputs.outcomes("rl_full", set_name):
+        return "rl"
+    return f"rl_{variant}"
+
+
 def dataset_label(name: str, cfg: Config) -> str:
     """Honest dataset names: a set that is not BIRD/Spider says so and names its format."""
     if name in SET_LABELS:
@@ -324,19 +428,24 @@ def _tokens(inputs: ReportInputs, m: dict[str, Any] | None, stage: str, set_name
     return tot, ret, gen
 
 
+CI_NOTE = ("[a, b]: 95% CI. Paper numbers: Wilson interval at the benchmark's size (BIRD dev 1,534, Spider dev "
+           "1,034, Spider test 2,147, DK 535, Syn 1,034, Realistic 508); this run: Wilson over its questions (several "
+           "seeds: bootstrap over questions of the seed mean).")
+
+
 def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof = cfg.profile
     paper_sets = ["bird_dev", "spider_dev", "spider_test"]
     extra = [s.name for s in cfg.eval.sets if s.name not in SET_LABELS]
     extra += [s for s in inputs.evaluation().get("rl", {}) if s not in SET_LABELS and s not in extra]
     cols = ["Method", "Base", "Source"] + [SET_LABELS[s] for s in paper_sets] + [dataset_label(s, cfg) for s in extra]
-    rows = [[r["method"], r["base"], "paper"] + [_fmt(r.get(s)) for s in paper_sets] + [NOT_REPORTED] * len(extra)
-            for r in paper["main_results"]]
+    rows = [[r["method"], r["base"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in paper_sets]
+            + [NOT_REPORTED] * len(extra) for r in paper["main_results"]]
     rl = inputs.evaluation().get("rl", {})
     base = "tiny Qwen3 (trained from scratch)" if cfg.model.build_tiny else cfg.model.base_model
     rows.append(["ACE-SQL (this kit)", base, f"profile {prof}"]
-                + [_fmt((rl.get(s) or {}).get("ex"), not_run(prof)) for s in paper_sets + extra])
-    notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5)."]
+                + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(prof)) for s in paper_sets + extra])
+    notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5).", CI_NOTE]
     if extra:
         notes.append(f"{', '.join(dataset_label(s, cfg) for s in extra)}: the kit's own dev set, not a paper benchmark; "
                      "its numbers are not comparable with BIRD/Spider.")
@@ -346,46 +455,62 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
 def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof, ps = cfg.profile, primary_set(cfg, inputs)
     cols = ["Method", "Source", "Dataset", "EX", "Output tokens / query", "Retriever tokens", "Generator tokens"]
-    rows = [[r["method"], "paper", "BIRD dev", _fmt(r["ex"]), _fmt(r["output_tokens"]), NOT_REPORTED, NOT_REPORTED]
-            for r in paper["efficiency"]]
+    rows = [[r["method"], "paper", "BIRD dev", _paper_cell(paper, r["ex"], "bird_dev"), _fmt(r["output_tokens"]),
+             NOT_REPORTED, NOT_REPORTED] for r in paper["efficiency"]]
     for stage, label in (("sft", "ACE-SQL SFT (this kit)"), ("rl", "ACE-SQL SFT + RL (this kit)")):
         m = inputs.evaluation().get(stage, {}).get(ps)
         tot, ret, gen = _tokens(inputs, m, stage, ps)
         nr = not_run(prof)
-        rows.append([label, f"profile {prof}", dataset_label(ps, cfg), _fmt((m or {}).get("ex"), nr),
+        rows.append([label, f"profile {prof}", dataset_label(ps, cfg), fmt_ci(ex_interval(inputs, stage, ps, m), nr),
                      _fmt(tot, nr), _fmt(ret, nr), _fmt(gen, nr)])
     notes = ["Output tokens / query: retriever + generator generated tokens per question, counted with the policy's "
-             "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5)."]
+             "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5).", CI_NOTE]
     return Table("table2_efficiency", "Efficiency: EX (%) and output tokens per query, paper vs this run", cols, rows, notes)
 
 
 def table_robustness(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     sets = ["spider_dk", "spider_syn", "spider_realistic"]
     cols = ["Method", "Source"] + [SET_LABELS[s] for s in sets]
-    rows = [[r["method"], "paper"] + [_fmt(r.get(s)) for s in sets] for r in paper["robustness"]]
+    rows = [[r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets] for r in paper["robustness"]]
     rl = inputs.evaluation().get("rl", {})
     rows.append(["ACE-SQL (this kit)", f"profile {cfg.profile}"]
-                + [_fmt((rl.get(s) or {}).get("ex"), not_run(cfg.profile)) for s in sets])
-    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows)
+                + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(cfg.profile)) for s in sets])
+    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows, [CI_NOTE])
 
 
 def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof, ps = cfg.profile, primary_set(cfg, inputs)
     nr = not_run(prof)
-    cols = ["Variant", "Measured on", "BIRD dev (paper)", f"EX (profile {prof})", "Generator Ability (paper)",
+    cols = ["Variant", "Measured on", "BIRD dev (paper)", f"EX (profile {prof})", "Δ vs full (paper)",
+            f"Δ vs full [95% CI] (profile {prof})", f"p vs full (profile {prof})", "Generator Ability (paper)",
             f"Generator Ability (profile {prof})", "Retriever Ability (paper)", f"Retriever Ability (profile {prof})",
             f"Retriever P / R / exact (profile {prof})"]
     text = paper["text"]
     entries = list(paper["ablation"]) + [text["static_gold_target"], text["dense_reward"]]
     rows = []
+    paper_full = next((_num(e.get("bird_dev")) for e in entries if e["variant"] == "full"), None)
+    full = inputs.outcomes(variant_stage(inputs, "full", ps), ps)
     for e in entries:
         m = _variant_metrics(inputs, e["variant"], ps)
         prf = NOT_REPORTED if m is None else " / ".join(
-            _fmt(_share_pct(m.get(k)), "?") for k in ("column_precision", "column_recall", "column_exact_match"))
-        paper_ex = _fmt(e.get("bird_dev"), "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
-        rows.append([e["label"], dataset_label(ps, cfg), paper_ex, _fmt((m or {}).get("ex"), nr),
+            _fmt(percent(m.get(k)), "?") for k in ("column_precision", "column_recall", "column_exact_match"))
+        paper_ex = _paper_cell(paper, e.get("bird_dev"), "bird_dev",
+                               "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
+        stage = variant_stage(inputs, e["variant"], ps)
+        pv = _num(e.get("bird_dev"))
+        paper_d = NOT_REPORTED if e["variant"] == "full" or pv is None or paper_full is None else f"{pv - paper_full:+.1f}"
+        mine = inputs.outcomes(stage, ps)
+        if e["variant"] == "full":
+            d_ci, d_p = NOT_REPORTED, NOT_REPORTED
+        elif mine and full:
+            c = stats.compare(mine, full, (e["variant"], "full"), seed=cfg.seed)
+            d_ci, d_p = fmt_diff(c.diff), fmt_p(c.p_value)
+        else:
+            d_ci = d_p = nr if m is None else "no per-question predictions"
+        rows.append([e["label"], dataset_label(ps, cfg), paper_ex, fmt_ci(ex_interval(inputs, stage, ps, m), nr),
+                     paper_d, d_ci, d_p,
                      _fmt(e.get("generator_ability")), _fmt((m or {}).get("generator_ability"), nr),
-                     _fmt(e.get("retriever_ability")), _fmt((m or {}).get("retriever_ability"), nr),
+                     _fmt(e.get("retriever_ability")), _fmt(percent((m or {}).get("retriever_ability")), nr),
                      prf if m is not None else nr])
     alt = text["alt_route_share"]
     notes = ["Generator Ability = EX with the gold SQL's column set as the pruned schema; Retriever Ability = % of "
@@ -393,7 +518,10 @@ def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> 
              f"Last two rows are stated in the paper's text only: static gold target {text['static_gold_target']['bird_dev']} "
              f"vs {text['static_gold_target']['full_bird_dev']} ({text['static_gold_target']['claim']}); dense reward: "
              f"{text['dense_reward']['claim']}.",
-             f"Paper: {alt['min']}% to {alt['max']}% of execution-correct predictions use alternative routes (fig6_routes)."]
+             f"Paper: {alt['min']}% to {alt['max']}% of execution-correct predictions use alternative routes (fig6_routes).",
+             "Δ vs full: the variant's EX minus the full method's, in points; this run's is paired by question id "
+             "(bootstrap 95% CI, exact McNemar p; over seeds: see the claims table). The paper's Δ has no CI: "
+             "its per-question results are not published.", CI_NOTE]
     return Table("table4_ablation", "Ablation: paper vs this run", cols, rows, notes)
 
 
@@ -452,8 +580,10 @@ def table_hyperparameters(cfg: Config, paper: dict[str, Any]) -> Table:
 
 def build_tables(cfg: Config, inputs: ReportInputs, paper: dict[str, Any] | None = None) -> list[Table]:
     paper = paper or load_paper_results()
+    from .claims import table_claims  # the claims table reads these helpers; imported here to avoid a cycle
+
     return [table_main(cfg, inputs, paper), table_efficiency(cfg, inputs, paper), table_robustness(cfg, inputs, paper),
-            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper)]
+            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper), table_claims(cfg, inputs, paper)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -635,7 +765,7 @@ def fig_routes(inputs: ReportInputs, paper: dict[str, Any], cfg: Config) -> plt.
     alt = paper["text"]["alt_route_share"]
     ax.axhspan(alt["min"], alt["max"], color="0.88", zorder=0, label=f"paper: {alt['min']}-{alt['max']}%")
     bars: list[tuple[str, str, float]] = []
-    d = _share_pct((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"))
+    d = percent((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"))
     if d is not None:
         bars.append(("training pool", STAGE_LABELS["distill"], d))
     sets = sorted({s for st in inputs.evaluation().values() for s in st} | {s for _, s in inputs.predictions()})

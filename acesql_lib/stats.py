@@ -30,9 +30,15 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.proportion import proportion_confint
 
 LEVEL = 0.95  # every interval the kit prints is a 95% interval
+Z95 = 1.959963984540054  # its normal quantile (unpaired intervals of published numbers)
 N_RESAMPLES = 10_000  # bootstrap and permutation resamples; the seed fixes them
 HOLDS, REVERSED, UNCLEAR = "holds", "reversed", "not distinguishable at this scale"
 OUTSIDE = "outside the paper's range"  # a claimed range (not a direction) that the CI misses entirely
+
+# Metrics that are shares: fractions in every file the stages write (evaluate, distill, grpo); a table
+# prints them in percent with `percent`. EX-type accuracies (ex, generator_ability) are percent already.
+SHARE_KEYS = ("retriever_ability", "column_precision", "column_recall", "column_exact_match", "alt_route_share",
+              "retriever_well_formed", "generator_well_formed", "truncated")
 
 Outcomes = Mapping[Hashable, Any]  # question id -> outcome (bool for correctness, float for token counts)
 
@@ -77,6 +83,13 @@ class SeedSummary:
         object.__setattr__(self, "n", len(self.per_seed))
 
 
+def percent(share: Any) -> float | None:
+    """A share (fraction) in percent for printing; None for anything that is not a finite number."""
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share):
+        return None
+    return 100.0 * float(share)
+
+
 # ---------------------------------------------------------------------------------------------
 # One system
 
@@ -99,8 +112,10 @@ def ex_ci(correct: Outcomes | Sequence[bool], level: float = LEVEL, method: str 
 
 
 def reported_ci(percent: float, n: int, level: float = LEVEL) -> Interval:
-    """A published EX (in percent) on n questions: the nearest count k and its Wilson CI."""
-    return binomial_ci(int(round(percent / 100.0 * n)), n, level)
+    """A published EX (in percent) on n questions: the Wilson CI of the nearest count k, around the
+    published value itself (k / n can differ from it in the last printed digit)."""
+    ci = binomial_ci(int(round(percent / 100.0 * n)), n, level)
+    return Interval(percent / 100.0, ci.low, ci.high, level)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +196,7 @@ def compare(a: Outcomes | Mapping[Any, Outcomes], b: Outcomes | Mapping[Any, Out
     ra, rb = _seeded(a), _seeded(b)
     common = [s for s in ra if s in rb]
     if not common:  # e.g. base (one build) against RL (several seeds): average each side over its seeds
-        ra, rb, common = {None: _seed_mean(ra, names[0])}, {None: _seed_mean(rb, names[1])}, [None]
+        ra, rb, common = {None: seed_mean(ra, names[0])}, {None: seed_mean(rb, names[1])}, [None]
         binary = False  # averages over seeds are no longer 0/1
     diffs, per_seed, a_means, b_means = [], {}, [], []
     for s in common:
@@ -210,7 +225,7 @@ def compare(a: Outcomes | Mapping[Any, Outcomes], b: Outcomes | Mapping[Any, Out
     return Comparison(ci, p, test, len(d), seeds, float(np.mean(a_means)), float(np.mean(b_means)))
 
 
-def _seed_mean(runs: Mapping[Any, Outcomes], name: str) -> dict[Hashable, float]:
+def seed_mean(runs: Mapping[Any, Outcomes], name: str = "system") -> dict[Hashable, float]:
     """Per-question mean outcome over a system's seeds (all seeds must be over the same questions)."""
     seeds = list(runs)
     ids = set(runs[seeds[0]])
@@ -228,12 +243,16 @@ def wilcoxon_p(a: Outcomes, b: Outcomes, names: tuple[str, str] = ("a", "b")) ->
     return float(sps.wilcoxon(va, vb).pvalue)
 
 
-def verdict(ci: Interval, direction: int = 1) -> str:
+def verdict(ci: Interval, direction: int = 1, p_value: float | None = None, alpha: float = 1 - LEVEL) -> str:
     """holds: the CI excludes 0 on the claimed side (direction +1: a > b, -1: a < b); reversed: it
-    excludes 0 on the other side; else not distinguishable at this scale."""
+    excludes 0 on the other side; else not distinguishable at this scale. Given `p_value`, the test
+    must agree (p < alpha): with a handful of discordant questions a percentile bootstrap can exclude
+    0 while the exact test does not, and a verdict never rests on the looser of the two."""
     if direction not in (1, -1):
         raise ValueError(f"verdict: direction must be +1 or -1, got {direction}")
     if not ci.excludes_zero() or any(math.isnan(x) for x in (ci.low, ci.high)):
+        return UNCLEAR
+    if p_value is not None and not p_value < alpha:
         return UNCLEAR
     return HOLDS if (ci.low > 0) == (direction > 0) else REVERSED
 
