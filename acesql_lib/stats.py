@@ -173,7 +173,7 @@ def seed_summary(per_seed: Mapping[Any, float]) -> SeedSummary:
     if vals.size == 0:
         raise ValueError("seed_summary: no seeds")
     sd = float(vals.std(ddof=1)) if vals.size > 1 else float("nan")
-    p = float(sps.ttest_1samp(vals, 0.0).pvalue) if vals.size > 1 and sd > 0 else float("nan")
+    p = float(sps.ttest_1samp(vals, 0.0).pvalue) if vals.size > 1 and sd > 1e-12 else float("nan")  # sd 0: no test
     return SeedSummary(dict(per_seed), float(vals.mean()), sd, p)
 
 

@@ -320,3 +320,67 @@ def test_a_small_share_prints_as_itself_not_times_100(tmp_path, tiny_cfg):
     full = table.rows[[r[0] for r in table.rows].index("+ ACE-SQL full")]
     assert full[table.columns.index("Retriever P / R / exact (profile tiny)")].endswith(" / 100.0 / 0.5")
     assert inputs.alt_route_share("rl", "tiny_dev") == pytest.approx(100 / 95)
+
+
+def _claims(dirs: reports.ReportDirs, cfg: Config) -> dict[str, dict[str, str]]:
+    from acesql_lib.claims import table_claims
+
+    t = table_claims(cfg, reports.ReportInputs(dirs.metrics, dirs.run), reports.load_paper_results())
+    return {r[0]: dict(zip(t.columns, r)) for r in t.rows}
+
+
+def test_claims_table_is_written_with_verdicts_from_paired_tests(built):
+    dirs, out = built
+    assert [p.name for p in out["claims"]] == ["claims.csv", "claims.md", "claims.tex"]
+    rows = {r["Claim"]: r for r in _csv(dirs, "claims")}
+    assert len(rows) == 8
+    sft = rows["SFT > base"]
+    assert (sft["This run (profile tiny)"], sft["Verdict"]) == (f"{SFT_EX:.1f} vs {BASE_EX:.1f}", "holds")
+    assert sft["Paper Δ [unpaired 95% CI]"].startswith("+9.4 [") and sft["Paper gap vs noise"] == "holds"
+    rl = rows["RL > SFT"]  # 11 questions only RL gets right, none the other way: McNemar p = 2 / 2^11
+    assert rl["Δ [95% CI]"].startswith("+5.5 [+") and rl["p (test)"] == "<0.001 (exact McNemar)"
+    assert rl["Verdict"] == "holds" and rl["Paper gap vs noise"] == "not distinguishable at this scale"
+    assert rows["full > w/o PCGrad"]["Verdict"] == "not distinguishable at this scale"  # 10 won, 10 lost
+    assert rows["full > w/o PCGrad"]["p (test)"] == "1.000 (exact McNemar)"
+    assert rows["empirical pool > static gold target"]["Verdict"] == "reversed"  # static gold is 25 questions better
+    assert rows["full > w/o schedule"]["Verdict"] == "not run in profile tiny"
+    tok = rows["RL shortens outputs (tokens per question)"]
+    assert tok["Paper (BIRD dev)"] == "0.93k vs 1.90k" and tok["Verdict"] == "holds" and tok["Δ [95% CI]"].startswith("-")
+    alt = rows["correct predictions on alternative routes (%)"]
+    assert alt["This run (profile tiny)"] == _wilson_cell(1, 95) and alt["Verdict"] == "outside the paper's range"
+    assert "not distinguishable at this scale" in (dirs.tables / "claims.md").read_text()
+
+
+def test_claims_over_seeds_pair_each_seed_and_show_the_spread(tmp_path, tiny_cfg):
+    dirs = reports.ReportDirs(tmp_path / "metrics", tmp_path / "runs", tmp_path / "tables", tmp_path / "figures")
+    for seed, rl_k in ((0, 95), (1, 90), (2, 100)):  # nested correct sets: RL beats SFT (84) by 11, 6 and 16 questions
+        CORRECT["rl_seed"] = (rl_k, 0)
+        for stage in ("base", "sft"):
+            write_eval(dirs.run / f"seed-{seed}", stage)
+        m = write_eval(dirs.run / f"seed-{seed}", "rl_seed")
+        (dirs.run / f"seed-{seed}" / "eval" / "rl_seed").rename(dirs.run / f"seed-{seed}" / "eval" / "rl")
+    del CORRECT["rl_seed"]
+    assert m["ex"] == 50.0
+    rows = _claims(dirs, tiny_cfg)
+    rl = rows["RL > SFT"]
+    assert rl["Seeds"].startswith("3 seeds: +5.5, +3.0, +8.0; mean +5.5, sd 2.5")
+    assert rl["Δ [95% CI]"].startswith("+5.5 [+") and "sign-flip" in rl["p (test)"] and rl["Verdict"] == "holds"
+    assert rows["SFT > base"]["This run (profile tiny)"] == f"{SFT_EX:.1f} vs {BASE_EX:.1f}"
+
+
+def test_outcomes_are_keyed_by_id_and_bad_rows_are_reported(tmp_path):
+    run = tmp_path / "runs"
+    write_eval(run, "sft")
+    pred = run / "eval" / "sft" / "tiny_dev" / "predictions.jsonl"
+    lines = pred.read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    rows[1]["correct"] = "yes"  # wrong type
+    del rows[2]["id"]
+    rows.append(dict(rows[0]))  # a repeated id
+    pred.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    inputs = reports.ReportInputs(tmp_path / "metrics", run)
+    got = inputs.outcomes("sft", "tiny_dev")
+    assert list(got) == [None] and len(got[None]) == N_DEV - 2 and got[None]["dev_000"] is True
+    text = "\n".join(inputs.problems)
+    assert "2 row(s) without an id or a valid 'correct'" in text and "1 repeated question id(s)" in text
+    assert "sft/tiny_dev/predictions.jsonl" in text
