@@ -14,7 +14,7 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip
+.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ venv: $(STAMP)
 
 reproduce: $(STAMP)
 	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+
+# The README's results block for $(PROFILE), regenerated from reports/$(PROFILE)/tables/ (never hand-copied).
+readme-results: $(STAMP)
+	$(PY) scripts/readme_results.py --profile $(PROFILE)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
