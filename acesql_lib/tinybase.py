@@ -169,6 +169,8 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
         "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*BUILD_MODULES),
+        # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
+        "torch_threads": torch.get_num_threads(),
     }
 
 

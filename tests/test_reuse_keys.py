@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import torch
 
 from acesql_lib import tinybase
 from acesql_lib.config import code_hash, load_config, settings_hash, source_digest
@@ -51,6 +52,13 @@ def test_base_model_key_holds_the_building_code(tmp_path, monkeypatch):
     assert settings_hash(tinybase.base_settings(cfg, world)) == key  # stable across calls
     monkeypatch.setattr(tinybase, "code_hash", lambda *m: "edited-recipe")  # e.g. sft.py changed
     assert settings_hash(tinybase.base_settings(cfg, world)) != key
+    monkeypatch.undo()
+    threads = torch.get_num_threads()
+    try:  # the thread count orders CPU float sums, so it shapes the trained weights
+        torch.set_num_threads(threads + 1)
+        assert settings_hash(tinybase.base_settings(cfg, world)) != key
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_tokenizer_training_is_deterministic():
