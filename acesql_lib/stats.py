@@ -219,7 +219,7 @@ def compare(a: Outcomes | Mapping[Any, Outcomes], b: Outcomes | Mapping[Any, Out
         _, va, vb = pair_up(ra[common[0]], rb[common[0]])
         p, test = mcnemar_exact(va, vb)[0], "exact McNemar"
     else:
-        p, test = sign_flip_p(d, seed), "sign-flip permutation (per-question mean over seeds)" if len(diffs) > 1 \
+        p, test = sign_flip_p(d, seed), "sign-flip permutation, seed-averaged per question" if len(diffs) > 1 \
             else "sign-flip permutation"
     seeds = seed_summary(per_seed) if len(diffs) > 1 else None
     return Comparison(ci, p, test, len(d), seeds, float(np.mean(a_means)), float(np.mean(b_means)))
