@@ -315,7 +315,8 @@ class Table:
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--",
-                "≥": r"$\geq$", "×": r"$\times$", "§": r"\S{}", "≠": r"$\neq$"}
+                "≥": r"$\geq$", "×": r"$\times$", "§": r"\S{}", "≠": r"$\neq$", "Δ": r"$\Delta$", "±": r"$\pm$",
+                "<": r"$<$", ">": r"$>$", "★": r"$\star$"}  # < and > print as other glyphs in LaTeX's default text font
 
 
 def _tex(s: Any) -> str:

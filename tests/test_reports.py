@@ -236,6 +236,8 @@ def test_latex_and_markdown_are_well_formed(built):
         for line in body:  # every unescaped & separates a cell
             assert line.replace("\\&", "").count("&") == n_cols - 1, line
         assert "tiny_dev" not in tex and "%" not in tex.replace("\\%", "")
+        text_mode = tex.replace("$<$", "").replace("$>$", "")
+        assert not any(ch in text_mode for ch in "Δ±<>"), name  # written as math, not as raw text glyphs
         md = [ln for ln in (dirs.tables / f"{name}.md").read_text().splitlines() if ln.startswith("|")]
         assert md[1] == "|" + "|".join(["---"] * n_cols) + "|"
         assert all(ln.replace("\\|", "").count("|") == n_cols + 1 for ln in md), name
