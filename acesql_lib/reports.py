@@ -627,14 +627,24 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarra
     return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
 
 
+VARIANT_ORDER = ("full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward")  # fixed colours, in this order
+
+
 def _variant_colors(variants: Iterable[str]) -> dict[str, Any]:
-    order = sorted(variants, key=lambda v: (v != "full", v))
-    return dict(zip(order, sns.color_palette("colorblind", max(len(order), 1))))
+    """The same variant in the same colour in every figure, whichever other variants a figure shows."""
+    palette = sns.color_palette("colorblind", 10)
+    extra = sorted(set(variants) - set(VARIANT_ORDER))
+    return {v: palette[i % len(palette)] for i, v in enumerate(list(VARIANT_ORDER) + extra)}
 
 
 def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, profile: str, title: str,
-                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "") -> bool:
-    """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged."""
+                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "",
+                 smooth: bool = False) -> bool:
+    """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged.
+
+    `smooth`: a per-step quantity measured on a handful of samples (a share of a few rollouts jumps
+    between 0 and 70%) is drawn as its moving mean over max(3, steps / 8) steps from 6 steps on,
+    the raw values faint behind it, and the legend says over how many steps."""
     ax.set_title(title)
     ax.set_xlabel("RL step")
     ax.set_ylabel(ylabel)
@@ -645,12 +655,17 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
             continue
         y = y * scale
         c = colors[variant]
+        w, note = 0, ""
         if len(x) > 30:
             w = max(3, len(x) // 25)
+        if smooth and len(x) >= 6:
+            w = max(w, 3, len(x) // 8)
+            note = f" (mean of {w} steps)"
+        if w:
             ax.plot(x, y, style, color=c, alpha=0.25, lw=0.8)
             y = np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, mode="valid")
-        marker = "o" if len(x) <= 30 else None
-        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{label_suffix}")
+        marker = "o" if not w else None
+        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{label_suffix}{note}")
         drawn = True
     if drawn and ax.texts:  # an earlier series of this panel was missing: the panel is not empty after all
         for t in list(ax.texts):
@@ -663,20 +678,28 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
 
 
 def _legend(ax: plt.Axes) -> None:
+    """A panel's own legend (not the variants'), below the panel, off the data."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(frameon=False)
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
+
+
+def _figure_legend(fig: plt.Figure, axes: Iterable[plt.Axes]) -> None:
+    """One legend for the whole figure, right of every panel: each variant once, never over a curve."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", frameon=False)
 
 
 def fig_rewards(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     for ax, role in zip(axes, ROLES):
         _plot_curves(ax, logs, f"reward/{role}", profile, f"({'ab'[ROLES.index(role)]}) {role} reward", "mean reward")
-        _legend(ax)
-    ax = axes[2]
-    _plot_curves(ax, logs, "val/ex", profile, "(c) validation", "%", scale=1.0, label_suffix=": EX")
-    _plot_curves(ax, logs, "val/retriever_exact", profile, "(c) validation", "%", style="--",
-                 label_suffix=": retriever exact")
-    _legend(ax)
+    _plot_curves(axes[2], logs, "val/ex", profile, "(c) validation EX", "%")
+    _plot_curves(axes[3], logs, "val/retriever_exact", profile, "(d) validation retriever exact match", "%")
+    _figure_legend(fig, axes)
     fig.suptitle(f"Rewards per role and validation vs RL step (profile {profile})")
     return fig
 
@@ -686,7 +709,7 @@ def fig_output_length(logs: dict[str, list[dict[str, Any]]], inputs: ReportInput
     for ax, role in zip(axes, ROLES):
         _plot_curves(ax, logs, f"completion_length/{role}", cfg.profile,
                      f"({'ab'[ROLES.index(role)]}) {role} completion length", "tokens")
-        _legend(ax)
+    _figure_legend(fig, axes[:2])
     ax, ps = axes[2], primary_set(cfg, inputs)
     sets = [ps] + sorted({s for _, s in inputs.predictions()} - {ps})
     ps = next((s for s in sets if inputs.output_tokens("sft", s) or inputs.output_tokens("rl", s)), ps)
@@ -722,16 +745,15 @@ def _pass_rate_hist(distill: dict[str, Any] | None) -> dict[int, float]:
 
 
 def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     _plot_curves(axes[0], logs, "pool/sets_per_question_mean", cfg.profile, "(a) distinct column sets per question", "sets")
-    _legend(axes[0])
-    _plot_curves(axes[1], logs, "pool/target_differs_from_gold_share", cfg.profile, "(b) pool targets vs gold", "%",
-                 scale=100.0, label_suffix=": target ≠ gold set")
-    _plot_curves(axes[1], logs, "route/alt_share", cfg.profile, "(b) pool targets vs gold", "%", scale=100.0,
-                 style="--", label_suffix=": correct rollouts on alt. route")
-    _legend(axes[1])
-    ax, hist = axes[2], _pass_rate_hist(inputs.metrics("02_self_distillation"))
-    ax.set_title("(c) distillation: correct SQLs per question")
+    _plot_curves(axes[1], logs, "pool/target_differs_from_gold_share", cfg.profile,
+                 "(b) pool targets ≠ gold set", "% of questions", scale=100.0, smooth=True)
+    _plot_curves(axes[2], logs, "route/alt_share", cfg.profile, "(c) correct rollouts on an alt. route",
+                 "% of correct rollouts", scale=100.0, smooth=True)
+    _figure_legend(fig, axes[:3])
+    ax, hist = axes[3], _pass_rate_hist(inputs.metrics("02_self_distillation"))
+    ax.set_title("(d) distillation: correct SQLs per question")
     if hist:
         ks = sorted(hist)
         ax.bar(ks, [hist[k] for k in ks], color=sns.color_palette("colorblind")[0], width=0.8)
@@ -747,16 +769,14 @@ def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: C
 
 
 def fig_pcgrad(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     _plot_curves(axes[0], logs, "pcgrad/conflict_ratio", profile, "(a) conflicting tensors", "share of tensors")
     _plot_curves(axes[1], logs, "pcgrad/cosine", profile, "(b) cos(g_ret, g_gen)", "cosine")
     if axes[1].lines:
         axes[1].axhline(0, color="0.4", lw=0.8)
-    _plot_curves(axes[2], logs, "pcgrad/norm_ret", profile, "(c) gradient norms", "norm", label_suffix=": retriever")
-    _plot_curves(axes[2], logs, "pcgrad/norm_gen", profile, "(c) gradient norms", "norm", style="--",
-                 label_suffix=": generator")
-    for ax in axes:
-        _legend(ax)
+    _plot_curves(axes[2], logs, "pcgrad/norm_ret", profile, "(c) retriever gradient norm", "norm")
+    _plot_curves(axes[3], logs, "pcgrad/norm_gen", profile, "(d) generator gradient norm", "norm")
+    _figure_legend(fig, axes)
     fig.suptitle(f"PCGrad statistics vs RL step (profile {profile})")
     return fig
 

@@ -386,3 +386,26 @@ def test_outcomes_are_keyed_by_id_and_bad_rows_are_reported(tmp_path):
     text = "\n".join(inputs.problems)
     assert "2 row(s) without an id or a valid 'correct'" in text and "1 repeated question id(s)" in text
     assert "sft/tiny_dev/predictions.jsonl" in text
+
+
+def test_figures_keep_one_quantity_per_panel_legends_off_the_data_and_colours_per_variant(tmp_path):
+    dirs = write_inputs(tmp_path)
+    logs = reports.ReportInputs(dirs.metrics, dirs.run).grpo_logs()
+    colours = reports._variant_colors(["no_pcgrad"])
+    assert colours["no_pcgrad"] == reports._variant_colors(["full", "no_pcgrad", "dense_reward", "x"])["no_pcgrad"]
+    for make in (reports.fig_rewards, reports.fig_pcgrad):
+        fig = make(logs, "tiny")
+        fig.canvas.draw()
+        data_axes = [ax for ax in fig.axes if ax.lines]
+        assert len(data_axes) == 4
+        for ax in data_axes:  # one quantity: one line (or one raw + one smoothed) per variant, not one per key
+            assert len({ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")}) <= len(logs)
+            assert ax.get_legend() is None
+        assert len(fig.legends) == 1
+        box = fig.legends[0].get_window_extent()
+        assert not any(box.overlaps(ax.get_window_extent()) for ax in fig.axes), make.__name__
+        reports.plt.close(fig)
+    fig = reports.fig_pool(logs, reports.ReportInputs(dirs.metrics, dirs.run), load_config("tiny"))
+    labels = [ln.get_label() for ln in fig.axes[2].lines if not ln.get_label().startswith("_")]
+    assert labels and all(lab.endswith("(mean of 3 steps)") for lab in labels)  # noisy route shares smoothed, said so
+    reports.plt.close(fig)
