@@ -136,27 +136,44 @@ class ReportInputs:
 
     def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
         """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`;
-        runs set aside as `<variant>.stale-N` (started from other settings) are not this run's."""
+        runs set aside as `<variant>.stale-N` (started from other settings) are not this run's.
+
+        A multi-seed study (`<run_dir>/seed-<k>/grpo/...`, no run of its own) gives per step the
+        mean over the seeds that logged it, with `<key>@lo` / `<key>@hi` (min and max over seeds)
+        and `@seeds` (how many), which the figures draw as a band around the mean."""
         if self._logs is None:
-            self._logs = {}
-            for path in sorted((self.run_dir / "grpo").glob("*/metrics.jsonl")):
-                if ".stale-" in path.parent.name:
-                    continue
-                rows = []
-                for line_no, rec in self._jsonl(path):
-                    if _num(rec.get("step")) is None:
-                        self._problem(f"{path}: line {line_no} has no numeric 'step', skipped")
-                        continue
-                    rows.append(rec)
-                if rows:
-                    self._logs[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+            self._logs = self._read_logs(self.run_dir)
+            if not self._logs:
+                per_seed = {d.name: self._read_logs(d) for d in sorted(self.run_dir.glob("seed-*")) if d.is_dir()}
+                self._logs = _pool_seed_logs({k: v for k, v in per_seed.items() if v})
         return self._logs
 
+    def _read_logs(self, run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+        logs = {}
+        for path in sorted((run_dir / "grpo").glob("*/metrics.jsonl")):
+            if ".stale-" in path.parent.name:
+                continue
+            rows = []
+            for line_no, rec in self._jsonl(path):
+                if _num(rec.get("step")) is None:
+                    self._problem(f"{path}: line {line_no} has no numeric 'step', skipped")
+                    continue
+                rows.append(rec)
+            if rows:
+                logs[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+        return logs
+
     def predictions(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
-        """(stage, set) -> per-question rows from `<run_dir>/eval/<stage>/<set>/predictions.jsonl`."""
+        """(stage, set) -> per-question rows from `<run_dir>/eval/<stage>/<set>/predictions.jsonl`; a
+        multi-seed study without its own files shows its first seed's here (token means, route shares;
+        EX and the claims pool every seed through `outcomes`)."""
         if self._preds is None:
             self._preds = {}
-            for path in sorted((self.run_dir / "eval").glob("*/*/predictions.jsonl")):
+            found = sorted((self.run_dir / "eval").glob("*/*/predictions.jsonl"))
+            if not found:
+                seeds = sorted(d for d in self.run_dir.glob("seed-*") if (d / "eval").is_dir())
+                found = sorted((seeds[0] / "eval").glob("*/*/predictions.jsonl")) if seeds else []
+            for path in found:
                 self._preds[(path.parent.parent.name, path.parent.name)] = [rec for _, rec in self._jsonl(path)]
         return self._preds
 
@@ -247,6 +264,26 @@ class ReportInputs:
         flags = [bool(r["alt_route"]) for r in self.predictions().get((stage, set_name), [])
                  if r.get("correct") is True and isinstance(r.get("alt_route"), bool)]
         return 100.0 * sum(flags) / len(flags) if flags else None
+
+
+def _pool_seed_logs(per_seed: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """{seed: {variant: rows}} -> {variant: rows of the mean over seeds, with @lo, @hi and @seeds}."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for variant in sorted({v for logs in per_seed.values() for v in logs}):
+        by_step: dict[float, list[dict[str, Any]]] = {}
+        for logs in per_seed.values():
+            for r in logs.get(variant, []):
+                by_step.setdefault(float(r["step"]), []).append(r)
+        rows = []
+        for step in sorted(by_step):
+            recs, row = by_step[step], {"step": step, "@seeds": len(by_step[step])}
+            for key in sorted({k for r in recs for k in r} - {"step"}):
+                vals = [v for v in (_num(r.get(key)) for r in recs) if v is not None]
+                if vals:
+                    row.update({key: float(np.mean(vals)), f"{key}@lo": min(vals), f"{key}@hi": max(vals)})
+            rows.append(row)
+        out[variant] = rows
+    return out
 
 
 @dataclass(frozen=True)
@@ -655,6 +692,14 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
             continue
         y = y * scale
         c = colors[variant]
+        seeds = int(max((_num(r.get("@seeds")) or 1) for r in rows))
+        lo_x, lo = _series(rows, f"{key}@lo")
+        _, hi = _series(rows, f"{key}@hi")
+        if seeds > 1 and len(lo_x) == len(x):  # several seeds: min-max band behind their mean
+            ax.fill_between(x, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
+            label_suffix_seeds = f" (mean of {seeds} seeds, band min-max)"
+        else:
+            label_suffix_seeds = ""
         w, note = 0, ""
         if len(x) > 30:
             w = max(3, len(x) // 25)
@@ -665,7 +710,8 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
             ax.plot(x, y, style, color=c, alpha=0.25, lw=0.8)
             y = np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, mode="valid")
         marker = "o" if not w else None
-        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{label_suffix}{note}")
+        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3,
+                label=f"{variant}{label_suffix}{note}{label_suffix_seeds}")
         drawn = True
     if drawn and ax.texts:  # an earlier series of this panel was missing: the panel is not empty after all
         for t in list(ax.texts):

@@ -8,7 +8,7 @@ Layout (under `runs/<study>/` and `reports/<study>/`, default study name `<profi
   `grpo.seed = k` (joint GRPO, evaluation of base/SFT/RL, the ablation variants), so every RL
   variant is trained and evaluated once per seed; `reports/<study>/seed-<k>/` holds its notebooks;
 - then `reports/<study>/tables/` (the claims pooled over seeds, `acesql_lib.claims`) and
-  `reports/<study>/figures/` (the curves of the first seed).
+  `reports/<study>/figures/` (training curves as the mean over seeds with a min-max band).
 
 Resumable: a finished part leaves `study_done.json` holding the settings it ran with; a rerun skips
 the parts whose record matches and reruns the others (the notebooks themselves resume a killed
@@ -119,7 +119,7 @@ def run_study(profile: str = "tiny", seeds: list[int] | None = None, overrides: 
     inputs = ReportInputs(dirs.metrics, dirs.run)  # per-question outcomes of every seed under run_root/seed-*/
     for table in build_tables(cfg, inputs):
         table.write(dirs.tables, cfg.reports.table_formats)
-    build_figures(cfg, ReportInputs(first, run_root / f"seed-{seeds[0]}"), dirs.figures)
+    build_figures(cfg, inputs, dirs.figures)  # curves: mean over seeds with a min-max band
     return reports_root
 
 

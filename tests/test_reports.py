@@ -409,3 +409,21 @@ def test_figures_keep_one_quantity_per_panel_legends_off_the_data_and_colours_pe
     labels = [ln.get_label() for ln in fig.axes[2].lines if not ln.get_label().startswith("_")]
     assert labels and all(lab.endswith("(mean of 3 steps)") for lab in labels)  # noisy route shares smoothed, said so
     reports.plt.close(fig)
+
+
+def test_seeds_are_drawn_as_a_band_around_their_mean(tmp_path):
+    run = tmp_path / "runs"
+    for seed, shift in ((0, 0.0), (1, 0.2)):
+        log = run / f"seed-{seed}" / "grpo" / "full" / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text("".join(json.dumps({**_step(s, "full"), "reward/retriever": 0.1 * s + shift}) + "\n"
+                               for s in range(1, 6)))
+    logs = reports.ReportInputs(tmp_path / "metrics", run).grpo_logs()
+    row = logs["full"][2]  # step 3
+    assert row["@seeds"] == 2 and row["reward/retriever"] == pytest.approx(0.4)
+    assert (row["reward/retriever@lo"], row["reward/retriever@hi"]) == (pytest.approx(0.3), pytest.approx(0.5))
+    fig = reports.fig_rewards(logs, "tiny")
+    ax = fig.axes[0]
+    assert len(ax.collections) == 1  # the band
+    assert [ln.get_label() for ln in ax.lines] == ["full (mean of 2 seeds, band min-max)"]
+    reports.plt.close(fig)
