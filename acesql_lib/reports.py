@@ -32,7 +32,7 @@ import yaml  # noqa: E402
 from . import stats  # noqa: E402
 from .config import REPO_ROOT, Config, load_config  # noqa: E402
 from .paths import Paths  # noqa: E402
-from .stats import Interval, percent  # noqa: E402
+from .stats import Interval, percent  # noqa: E402,F401
 
 log = logging.getLogger(__name__)
 
@@ -256,9 +256,21 @@ class ReportInputs:
         """Retriever + generator tokens per question (§5: both passes count)."""
         return [a + b for a, b in self.role_tokens(stage, set_name)]
 
+    def share(self, value: Any, where: str) -> float | None:
+        """A share (a fraction in every file the stages write) in percent for a table. A value outside
+        [0, 1] is not a share: reported (a file written in percent by an older version of the kit)
+        and not shown, never rescaled by guessing."""
+        v = _num(value)
+        if v is not None and not 0.0 <= v <= 1.0:
+            self._problem(f"{where}: share {v:g} is outside [0, 1] (written in percent by an older version? "
+                          "rerun the notebook that wrote it); not shown")
+            return None
+        return percent(v)
+
     def alt_route_share(self, stage: str, set_name: str) -> float | None:
         """Percent of execution-correct predictions on an alternative route: metrics first, else predictions."""
-        v = percent(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"))
+        v = self.share(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"),
+                       f"{self.metrics_dir / '05_evaluation.json'}: stages.{stage}.{set_name}.alt_route_share")
         if v is not None:
             return v
         flags = [bool(r["alt_route"]) for r in self.predictions().get((stage, set_name), [])
@@ -531,7 +543,8 @@ def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> 
     for e in entries:
         m = _variant_metrics(inputs, e["variant"], ps)
         prf = NOT_REPORTED if m is None else " / ".join(
-            _fmt(percent(m.get(k)), "?") for k in ("column_precision", "column_recall", "column_exact_match"))
+            _fmt(inputs.share(m.get(k), f"{e['variant']} on {ps}: {k}"), "?")
+            for k in ("column_precision", "column_recall", "column_exact_match"))
         paper_ex = _paper_cell(paper, e.get("bird_dev"), "bird_dev",
                                "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
         stage = variant_stage(inputs, e["variant"], ps)
@@ -548,7 +561,8 @@ def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> 
         rows.append([e["label"], dataset_label(ps, cfg), paper_ex, fmt_ci(ex_interval(inputs, stage, ps, m), nr),
                      paper_d, d_ci, d_p,
                      _fmt(e.get("generator_ability")), _fmt((m or {}).get("generator_ability"), nr),
-                     _fmt(e.get("retriever_ability")), _fmt(percent((m or {}).get("retriever_ability")), nr),
+                     _fmt(e.get("retriever_ability")),
+                     _fmt(inputs.share((m or {}).get("retriever_ability"), f"{e['variant']} on {ps}: retriever_ability"), nr),
                      prf if m is not None else nr])
     alt = text["alt_route_share"]
     notes = ["Generator Ability = EX with the gold SQL's column set as the pruned schema; Retriever Ability = % of "
@@ -832,7 +846,8 @@ def fig_routes(inputs: ReportInputs, paper: dict[str, Any], cfg: Config) -> plt.
     alt = paper["text"]["alt_route_share"]
     ax.axhspan(alt["min"], alt["max"], color="0.88", zorder=0, label=f"paper: {alt['min']}-{alt['max']}%")
     bars: list[tuple[str, str, float]] = []
-    d = percent((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"))
+    d = inputs.share((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"),
+                     f"{inputs.metrics_dir / '02_self_distillation.json'}: alt_route_share")
     if d is not None:
         bars.append(("training pool", STAGE_LABELS["distill"], d))
     sets = sorted({s for st in inputs.evaluation().values() for s in st} | {s for _, s in inputs.predictions()})

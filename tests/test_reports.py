@@ -427,3 +427,15 @@ def test_seeds_are_drawn_as_a_band_around_their_mean(tmp_path):
     assert len(ax.collections) == 1  # the band
     assert [ln.get_label() for ln in ax.lines] == ["full (mean of 2 seeds, band min-max)"]
     reports.plt.close(fig)
+
+
+def test_a_share_written_in_percent_is_reported_not_rescaled(tmp_path, tiny_cfg):
+    m = write_eval(tmp_path / "runs", "rl")
+    m["column_exact_match"] = 38.0  # an older file in percent: not a fraction, so not a share
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "05_evaluation.json").write_text(json.dumps({"stages": {"rl": {"tiny_dev": m}}}))
+    inputs = reports.ReportInputs(tmp_path / "metrics", tmp_path / "runs")
+    table = reports.table_ablation(tiny_cfg, inputs, reports.load_paper_results())
+    full = table.rows[[r[0] for r in table.rows].index("+ ACE-SQL full")]
+    assert full[table.columns.index("Retriever P / R / exact (profile tiny)")].endswith(" / ?")
+    assert any("column_exact_match: share 38 is outside [0, 1]" in p for p in inputs.problems)
