@@ -61,7 +61,8 @@ def _paper_figures(c: Claim) -> str:
     if c.kind == "share":
         return f"{c.paper_a}-{c.paper_b}%"
     if c.kind == "tokens":
-        return f"{c.paper_a / 1000:.2f}k vs {c.paper_b / 1000:.2f}k"
+        a, b = _num(c.paper_a), _num(c.paper_b)
+        return NOT_REPORTED if a is None or b is None else f"{a / 1000:.2f}k vs {b / 1000:.2f}k"
     return f"{c.paper_a} vs {'lower (not quantified)' if c.paper_b is None else c.paper_b}"
 
 
