@@ -74,7 +74,8 @@ def paper_gap(c: Claim, n: int) -> tuple[str, str]:
     pa, pb = a / 100, b / 100
     half = stats.Z95 * math.sqrt(pa * (1 - pa) / n + pb * (1 - pb) / n)
     iv = Interval(pa - pb, pa - pb - half, pa - pb + half)
-    return fmt_diff(iv), stats.verdict(iv)
+    words = {stats.HOLDS: "beyond noise", stats.REVERSED: "reversed", stats.UNCLEAR: "within noise"}
+    return fmt_diff(iv), words[stats.verdict(iv)]
 
 
 def _seeds_cell(cmp: stats.Comparison, scale: float, digits: int) -> str:

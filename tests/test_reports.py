@@ -338,10 +338,10 @@ def test_claims_table_is_written_with_verdicts_from_paired_tests(built):
     assert len(rows) == 8
     sft = rows["SFT > base"]
     assert (sft["This run (profile tiny)"], sft["Verdict"]) == (f"{SFT_EX:.1f} vs {BASE_EX:.1f}", "holds")
-    assert sft["Paper Δ [unpaired 95% CI]"].startswith("+9.4 [") and sft["Paper gap vs noise"] == "holds"
+    assert sft["Paper Δ [unpaired 95% CI]"].startswith("+9.4 [") and sft["Paper gap vs noise"] == "beyond noise"
     rl = rows["RL > SFT"]  # 11 questions only RL gets right, none the other way: McNemar p = 2 / 2^11
     assert rl["Δ [95% CI]"].startswith("+5.5 [+") and rl["p (test)"] == "<0.001 (exact McNemar)"
-    assert rl["Verdict"] == "holds" and rl["Paper gap vs noise"] == "not distinguishable at this scale"
+    assert rl["Verdict"] == "holds" and rl["Paper gap vs noise"] == "within noise"
     assert rows["full > w/o PCGrad"]["Verdict"] == "not distinguishable at this scale"  # 10 won, 10 lost
     assert rows["full > w/o PCGrad"]["p (test)"] == "1.000 (exact McNemar)"
     assert rows["empirical pool > static gold target"]["Verdict"] == "reversed"  # static gold is 25 questions better
