@@ -14,7 +14,7 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip
+.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,16 @@ venv: $(STAMP)
 
 reproduce: $(STAMP)
 	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+
+# Every RL variant over several seeds (resumable: finished seeds are skipped), claims pooled over seeds,
+# written to reports/$(PROFILE)-study/ (acesql_lib/study.py). `make reproduce` stays one seed.
+SEEDS ?= 0 1 2
+study: $(STAMP)
+	$(PY) -m acesql_lib.study --profile $(PROFILE) --seeds $(SEEDS)
+
+# The README's results block for $(PROFILE), regenerated from reports/$(PROFILE)/tables/ (never hand-copied).
+readme-results: $(STAMP)
+	$(PY) scripts/readme_results.py --profile $(PROFILE)
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

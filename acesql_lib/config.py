@@ -428,6 +428,31 @@ def settings_hash(settings: Any, length: int = 16) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
 
 
+def source_digest(files: "list[Path] | tuple[Path, ...]", length: int = 16) -> str:
+    """A fingerprint of Python source files' code: their syntax trees without docstrings, so editing
+    how an artefact is built changes it while a comment, a docstring or reformatting does not."""
+    import ast
+
+    h = hashlib.sha256()
+    for path in files:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        h.update(Path(path).name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+    return h.hexdigest()[:length]
+
+
+def code_hash(*modules: str, length: int = 16) -> str:
+    """`source_digest` of this package's modules by name ("tinybase", "sft", ...): part of the reuse key
+    of an artefact those modules build, so a fresh clone of newer code never reuses an older build."""
+    here = Path(__file__).resolve().parent
+    return source_digest([here / f"{m}.py" for m in modules], length)
+
+
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     """`KEY=VALUE` command-line overrides (values parsed as YAML) -> {dotted key: value}."""
     out: dict[str, Any] = {}

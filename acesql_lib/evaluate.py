@@ -20,6 +20,11 @@ Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics
   precision of an empty retrieval is 0;
 - alternative-route share = share of execution-correct predictions whose column set differs from
   the gold's (`routes.route_share`); None when no correct prediction resolves.
+
+Units: EX-type accuracies (`ex`, `ex_by_difficulty`, `generator_ability`) are percent, as the paper
+prints EX; every share (`SHARE_KEYS`: the retrieval metrics, the alternative-route share, the
+well-formed and truncation rates) is a fraction in [0, 1], like distillation's and GRPO's shares.
+Tables turn shares into percent when they print (`reports`), never by guessing from the value.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ from .evalparse import parse_generator_eval, parse_retriever_eval
 from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
 from .schema import Schema
+from .stats import SHARE_KEYS  # noqa: F401  (the keys written as fractions; module doc)
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
 
@@ -80,7 +86,7 @@ def ex_by_difficulty(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str
 
 
 def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
-    """Retriever Ability (coverage of the gold column set), column precision/recall/exact match, in %.
+    """Retriever Ability (coverage of the gold column set), column precision/recall/exact match, as fractions.
 
     Only questions whose gold column set resolves count (`n`); comparisons ignore case.
     """
@@ -99,7 +105,7 @@ def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float |
     n = len(cover)
 
     def mean(xs: list) -> float | None:
-        return 100.0 * sum(xs) / n if n else None
+        return sum(xs) / n if n else None
 
     return {"retriever_ability": mean(cover), "column_precision": mean(precision), "column_recall": mean(recall),
             "column_exact_match": mean(exact), "n": n}
@@ -120,9 +126,9 @@ def token_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def alt_route_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Share (%) of correct predictions on an alternative route; None when none resolves."""
+    """Share (a fraction) of correct predictions on an alternative route; None when none resolves."""
     share = route_share(records)
-    value = None if math.isnan(share["share"]) else 100.0 * share["share"]
+    value = None if math.isnan(share["share"]) else share["share"]
     return {"alt_route_share": value, **{f"alt_route_{k}": v for k, v in share.items() if k != "share"}}
 
 
@@ -138,9 +144,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "generator_ability": gen["generator_ability"], "generator_ability_n": gen["n"],
         **{k: v for k, v in retrieval.items() if k != "n"}, "retriever_n": retrieval["n"],
         **alt_route_metrics(records),
-        "retriever_well_formed": 100.0 * sum(r["retriever_well_formed"] for r in records) / n,
-        "generator_well_formed": 100.0 * sum(r["generator_well_formed"] for r in records) / n,
-        "truncated": 100.0 * sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
+        "retriever_well_formed": sum(r["retriever_well_formed"] for r in records) / n,
+        "generator_well_formed": sum(r["generator_well_formed"] for r in records) / n,
+        "truncated": sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
     }
 
 

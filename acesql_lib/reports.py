@@ -29,8 +29,10 @@ import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 import yaml  # noqa: E402
 
+from . import stats  # noqa: E402
 from .config import REPO_ROOT, Config, load_config  # noqa: E402
 from .paths import Paths  # noqa: E402
+from .stats import Interval, percent  # noqa: E402,F401
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,7 @@ STAGE_LABELS = {"distill": "self-distillation", "base": "base", "sft": "SFT", "r
 SET_LABELS = {"bird_dev": "BIRD dev", "spider_dev": "Spider dev", "spider_test": "Spider test",
               "spider_dk": "Spider-DK", "spider_syn": "Spider-Syn", "spider_realistic": "Spider-Realistic"}
 ROLES = ("retriever", "generator")
-TABLES = ("table1_main", "table2_efficiency", "table3_robustness", "table4_ablation", "table5_hyperparameters")
+TABLES = ("table1_main", "table2_efficiency", "table3_robustness", "table4_ablation", "table5_hyperparameters", "claims")
 FIGURES = ("fig1_overview", "fig2_rewards", "fig3_output_length", "fig4_pool", "fig5_pcgrad", "fig6_routes")
 
 
@@ -64,7 +66,7 @@ def load_paper_results(path: Path | str = PAPER_RESULTS) -> dict[str, Any]:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ReportInputError(f"{path}: cannot read paper results: {e}") from None
-    for key in ("main_results", "efficiency", "robustness", "ablation", "text", "hyperparameters"):
+    for key in ("main_results", "efficiency", "robustness", "ablation", "text", "hyperparameters", "set_sizes"):
         if not isinstance(data, dict) or key not in data:
             raise ReportInputError(f"{path}: missing section {key!r}")
     return data
@@ -77,12 +79,6 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _share_pct(value: Any) -> float | None:
-    """Shares are logged as fractions in [0, 1]; a value above 1 is taken as already in percent."""
-    v = _num(value)
-    return None if v is None else (v * 100.0 if v <= 1.0 else v)
-
-
 class ReportInputs:
     """Reads what the stages wrote, tolerating absence and reporting malformed records."""
 
@@ -93,6 +89,8 @@ class ReportInputs:
         self._metrics: dict[str, dict[str, Any] | None] = {}
         self._logs: dict[str, list[dict[str, Any]]] | None = None
         self._preds: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+        self._seed_preds: dict[tuple[str, str, str], list[dict[str, Any]]] | None = None
+        self._outcomes: dict[tuple[str, str, str], dict[Any, dict[str, Any]]] = {}
 
     def _problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -138,29 +136,97 @@ class ReportInputs:
 
     def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
         """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`;
-        runs set aside as `<variant>.stale-N` (started from other settings) are not this run's."""
+        runs set aside as `<variant>.stale-N` (started from other settings) are not this run's.
+
+        A multi-seed study (`<run_dir>/seed-<k>/grpo/...`, no run of its own) gives per step the
+        mean over the seeds that logged it, with `<key>@lo` / `<key>@hi` (min and max over seeds)
+        and `@seeds` (how many), which the figures draw as a band around the mean."""
         if self._logs is None:
-            self._logs = {}
-            for path in sorted((self.run_dir / "grpo").glob("*/metrics.jsonl")):
-                if ".stale-" in path.parent.name:
-                    continue
-                rows = []
-                for line_no, rec in self._jsonl(path):
-                    if _num(rec.get("step")) is None:
-                        self._problem(f"{path}: line {line_no} has no numeric 'step', skipped")
-                        continue
-                    rows.append(rec)
-                if rows:
-                    self._logs[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+            self._logs = self._read_logs(self.run_dir)
+            if not self._logs:
+                per_seed = {d.name: self._read_logs(d) for d in sorted(self.run_dir.glob("seed-*")) if d.is_dir()}
+                self._logs = _pool_seed_logs({k: v for k, v in per_seed.items() if v})
         return self._logs
 
+    def _read_logs(self, run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+        logs = {}
+        for path in sorted((run_dir / "grpo").glob("*/metrics.jsonl")):
+            if ".stale-" in path.parent.name:
+                continue
+            rows = []
+            for line_no, rec in self._jsonl(path):
+                if _num(rec.get("step")) is None:
+                    self._problem(f"{path}: line {line_no} has no numeric 'step', skipped")
+                    continue
+                rows.append(rec)
+            if rows:
+                logs[path.parent.name] = sorted(rows, key=lambda r: r["step"])
+        return logs
+
     def predictions(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
-        """(stage, set) -> per-question rows from `<run_dir>/eval/<stage>/<set>/predictions.jsonl`."""
+        """(stage, set) -> per-question rows from `<run_dir>/eval/<stage>/<set>/predictions.jsonl`; a
+        multi-seed study without its own files shows its first seed's here (token means, route shares;
+        EX and the claims pool every seed through `outcomes`)."""
         if self._preds is None:
             self._preds = {}
-            for path in sorted((self.run_dir / "eval").glob("*/*/predictions.jsonl")):
+            found = sorted((self.run_dir / "eval").glob("*/*/predictions.jsonl"))
+            if not found:
+                seeds = sorted(d for d in self.run_dir.glob("seed-*") if (d / "eval").is_dir())
+                found = sorted((seeds[0] / "eval").glob("*/*/predictions.jsonl")) if seeds else []
+            for path in found:
                 self._preds[(path.parent.parent.name, path.parent.name)] = [rec for _, rec in self._jsonl(path)]
         return self._preds
+
+    def seed_predictions(self) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+        """(seed, stage, set) -> rows from `<run_dir>/seed-<k>/eval/<stage>/<set>/predictions.jsonl`: a
+        multi-seed study keeps one full run per seed under `seed-<k>/` (`study.py`)."""
+        if self._seed_preds is None:
+            self._seed_preds = {}
+            for path in sorted(self.run_dir.glob("seed-*/eval/*/*/predictions.jsonl")):
+                seed = path.parents[3].name.removeprefix("seed-")
+                self._seed_preds[(seed, path.parent.parent.name, path.parent.name)] = [
+                    rec for _, rec in self._jsonl(path)]
+        return self._seed_preds
+
+    def outcomes(self, stage: str, set_name: str, key: str = "correct") -> dict[Any, dict[str, Any]]:
+        """{seed: {question id: value}} for one stage and set: the seeds' files when a study wrote them,
+        else this run's file (seed None); {} when neither exists. `key` is "correct" (a bool per
+        question) or "tokens" (retriever + generator tokens). A row without an id or with a value of
+        the wrong type, or a repeated id, is reported and skipped."""
+        memo = (stage, set_name, key)
+        if memo in self._outcomes:
+            return self._outcomes[memo]
+        sources = {seed: rows for (seed, st, s), rows in self.seed_predictions().items() if (st, s) == (stage, set_name)}
+        if not sources and (stage, set_name) in self.predictions():
+            sources = {None: self.predictions()[(stage, set_name)]}
+        out: dict[Any, dict[str, Any]] = {}
+        for seed, rows in sorted(sources.items(), key=lambda kv: str(kv[0])):
+            where = self.run_dir / ("" if seed is None else f"seed-{seed}") / "eval" / stage / set_name / "predictions.jsonl"
+            got: dict[str, Any] = {}
+            bad, dup = 0, 0
+            for r in rows:
+                qid = r.get("id")
+                if key == "tokens":
+                    a, b = _num(r.get("retriever_tokens")), _num(r.get("generator_tokens"))
+                    value = None if a is None or b is None else a + b
+                else:
+                    value = r.get(key) if isinstance(r.get(key), bool) else None
+                if key == "alt_route" and value is None and r.get(key) is None and isinstance(qid, (str, int)):
+                    continue  # not correct, or its route did not resolve: no flag, not an error
+                if not isinstance(qid, (str, int)) or isinstance(qid, bool) or value is None:
+                    bad += 1
+                elif str(qid) in got:
+                    dup += 1
+                else:
+                    got[str(qid)] = value
+            if bad:
+                self._problem(f"{where}: {bad} row(s) without an id or a valid {key!r}, skipped")
+            if dup:
+                self._problem(f"{where}: {dup} repeated question id(s), later rows skipped")
+            if got:
+                out[seed] = got
+        self._outcomes[memo] = out
+        return out
 
     def _jsonl(self, path: Path) -> Iterable[tuple[int, dict[str, Any]]]:
         """(line number, object) per JSON-object line; other lines are counted and reported once."""
@@ -190,14 +256,46 @@ class ReportInputs:
         """Retriever + generator tokens per question (§5: both passes count)."""
         return [a + b for a, b in self.role_tokens(stage, set_name)]
 
+    def share(self, value: Any, where: str) -> float | None:
+        """A share (a fraction in every file the stages write) in percent for a table. A value outside
+        [0, 1] is not a share: reported (a file written in percent by an older version of the kit)
+        and not shown, never rescaled by guessing."""
+        v = _num(value)
+        if v is not None and not 0.0 <= v <= 1.0:
+            self._problem(f"{where}: share {v:g} is outside [0, 1] (written in percent by an older version? "
+                          "rerun the notebook that wrote it); not shown")
+            return None
+        return percent(v)
+
     def alt_route_share(self, stage: str, set_name: str) -> float | None:
         """Percent of execution-correct predictions on an alternative route: metrics first, else predictions."""
-        v = _share_pct(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"))
+        v = self.share(self.evaluation().get(stage, {}).get(set_name, {}).get("alt_route_share"),
+                       f"{self.metrics_dir / '05_evaluation.json'}: stages.{stage}.{set_name}.alt_route_share")
         if v is not None:
             return v
         flags = [bool(r["alt_route"]) for r in self.predictions().get((stage, set_name), [])
                  if r.get("correct") is True and isinstance(r.get("alt_route"), bool)]
         return 100.0 * sum(flags) / len(flags) if flags else None
+
+
+def _pool_seed_logs(per_seed: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """{seed: {variant: rows}} -> {variant: rows of the mean over seeds, with @lo, @hi and @seeds}."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for variant in sorted({v for logs in per_seed.values() for v in logs}):
+        by_step: dict[float, list[dict[str, Any]]] = {}
+        for logs in per_seed.values():
+            for r in logs.get(variant, []):
+                by_step.setdefault(float(r["step"]), []).append(r)
+        rows = []
+        for step in sorted(by_step):
+            recs, row = by_step[step], {"step": step, "@seeds": len(by_step[step])}
+            for key in sorted({k for r in recs for k in r} - {"step"}):
+                vals = [v for v in (_num(r.get(key)) for r in recs) if v is not None]
+                if vals:
+                    row.update({key: float(np.mean(vals)), f"{key}@lo": min(vals), f"{key}@hi": max(vals)})
+            rows.append(row)
+        out[variant] = rows
+    return out
 
 
 @dataclass(frozen=True)
@@ -266,7 +364,8 @@ class Table:
 
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "—": "--",
-                "≥": r"$\geq$", "×": r"$\times$", "§": r"\S{}", "≠": r"$\neq$"}
+                "≥": r"$\geq$", "×": r"$\times$", "§": r"\S{}", "≠": r"$\neq$", "Δ": r"$\Delta$", "±": r"$\pm$",
+                "<": r"$<$", ">": r"$>$", "★": r"$\star$"}  # < and > print as other glyphs in LaTeX's default text font
 
 
 def _tex(s: Any) -> str:
@@ -281,6 +380,61 @@ def _fmt(v: Any, missing: str = NOT_REPORTED) -> str:
         return str(v)
     n = _num(v)
     return missing if n is None else f"{n:.1f}"
+
+
+def fmt_ci(iv: Interval | None, missing: str = NOT_REPORTED, scale: float = 100.0, digits: int = 1) -> str:
+    """"47.3 [40.5, 54.2]": a fraction's estimate and 95% CI in percent (scale 100) or as counts (scale 1)."""
+    if iv is None:
+        return missing
+    return f"{scale * iv.estimate:.{digits}f} [{scale * iv.low:.{digits}f}, {scale * iv.high:.{digits}f}]"
+
+
+def fmt_diff(iv: Interval | None, missing: str = NOT_REPORTED, scale: float = 100.0, digits: int = 1) -> str:
+    """"+5.4 [+1.2, +9.8]": a difference with its 95% CI, signed."""
+    if iv is None:
+        return missing
+    return f"{scale * iv.estimate:+.{digits}f} [{scale * iv.low:+.{digits}f}, {scale * iv.high:+.{digits}f}]"
+
+
+def fmt_p(p: float | None, missing: str = NOT_REPORTED) -> str:
+    if p is None or not math.isfinite(p):
+        return missing
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def paper_ci(paper: dict[str, Any], value: Any, set_name: str) -> Interval | None:
+    """A published EX (%) as a Wilson CI at the set's size (`set_sizes` in the paper-results file)."""
+    v, n = _num(value), (paper.get("set_sizes") or {}).get(set_name)
+    return None if v is None or not n else stats.reported_ci(v, int(n))
+
+
+def _paper_cell(paper: dict[str, Any], value: Any, set_name: str, missing: str = NOT_REPORTED) -> str:
+    iv = paper_ci(paper, value, set_name)
+    return fmt_ci(iv) if iv is not None else _fmt(value, missing)
+
+
+def ex_interval(inputs: "ReportInputs", stage: str, set_name: str, m: dict[str, Any] | None = None) -> Interval | None:
+    """EX (a fraction) with its 95% CI: from the per-question predictions (one run: Wilson; several
+    seeds: the mean over seeds, bootstrap CI over questions of the seed-averaged correctness), else
+    from the metrics' EX and n (Wilson at the nearest count); None when neither exists."""
+    runs = inputs.outcomes(stage, set_name)
+    if len(runs) == 1:
+        return stats.ex_ci(next(iter(runs.values())))
+    if runs:
+        per_q = stats.seed_mean(runs, f"{stage} on {set_name}")
+        return stats.bootstrap_mean_ci(np.array([per_q[k] for k in sorted(per_q)]))
+    ex, n = _num((m or {}).get("ex")), _num((m or {}).get("n"))
+    return stats.reported_ci(ex, int(n)) if ex is not None and n else None
+
+
+def variant_stage(inputs: "ReportInputs", variant: str, set_name: str) -> str:
+    """The evaluation folder of a variant: base and sft as named; RL variants as notebook 06 names them
+    (`rl_<variant>`), the full method falling back to notebook 05's `rl`."""
+    if variant in ("base", "sft"):
+        return variant
+    if variant == "full" and not inputs.outcomes("rl_full", set_name):
+        return "rl"
+    return f"rl_{variant}"
 
 
 def dataset_label(name: str, cfg: Config) -> str:
@@ -324,19 +478,24 @@ def _tokens(inputs: ReportInputs, m: dict[str, Any] | None, stage: str, set_name
     return tot, ret, gen
 
 
+CI_NOTE = ("[a, b]: 95% CI. Paper numbers: Wilson interval at the benchmark's size (BIRD dev 1,534, Spider dev "
+           "1,034, Spider test 2,147, DK 535, Syn 1,034, Realistic 508); this run: Wilson over its questions (several "
+           "seeds: bootstrap over questions of the seed mean).")
+
+
 def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof = cfg.profile
     paper_sets = ["bird_dev", "spider_dev", "spider_test"]
     extra = [s.name for s in cfg.eval.sets if s.name not in SET_LABELS]
     extra += [s for s in inputs.evaluation().get("rl", {}) if s not in SET_LABELS and s not in extra]
     cols = ["Method", "Base", "Source"] + [SET_LABELS[s] for s in paper_sets] + [dataset_label(s, cfg) for s in extra]
-    rows = [[r["method"], r["base"], "paper"] + [_fmt(r.get(s)) for s in paper_sets] + [NOT_REPORTED] * len(extra)
-            for r in paper["main_results"]]
+    rows = [[r["method"], r["base"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in paper_sets]
+            + [NOT_REPORTED] * len(extra) for r in paper["main_results"]]
     rl = inputs.evaluation().get("rl", {})
     base = "tiny Qwen3 (trained from scratch)" if cfg.model.build_tiny else cfg.model.base_model
     rows.append(["ACE-SQL (this kit)", base, f"profile {prof}"]
-                + [_fmt((rl.get(s) or {}).get("ex"), not_run(prof)) for s in paper_sets + extra])
-    notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5)."]
+                + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(prof)) for s in paper_sets + extra])
+    notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5).", CI_NOTE]
     if extra:
         notes.append(f"{', '.join(dataset_label(s, cfg) for s in extra)}: the kit's own dev set, not a paper benchmark; "
                      "its numbers are not comparable with BIRD/Spider.")
@@ -346,46 +505,64 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
 def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof, ps = cfg.profile, primary_set(cfg, inputs)
     cols = ["Method", "Source", "Dataset", "EX", "Output tokens / query", "Retriever tokens", "Generator tokens"]
-    rows = [[r["method"], "paper", "BIRD dev", _fmt(r["ex"]), _fmt(r["output_tokens"]), NOT_REPORTED, NOT_REPORTED]
-            for r in paper["efficiency"]]
+    rows = [[r["method"], "paper", "BIRD dev", _paper_cell(paper, r["ex"], "bird_dev"), _fmt(r["output_tokens"]),
+             NOT_REPORTED, NOT_REPORTED] for r in paper["efficiency"]]
     for stage, label in (("sft", "ACE-SQL SFT (this kit)"), ("rl", "ACE-SQL SFT + RL (this kit)")):
         m = inputs.evaluation().get(stage, {}).get(ps)
         tot, ret, gen = _tokens(inputs, m, stage, ps)
         nr = not_run(prof)
-        rows.append([label, f"profile {prof}", dataset_label(ps, cfg), _fmt((m or {}).get("ex"), nr),
+        rows.append([label, f"profile {prof}", dataset_label(ps, cfg), fmt_ci(ex_interval(inputs, stage, ps, m), nr),
                      _fmt(tot, nr), _fmt(ret, nr), _fmt(gen, nr)])
     notes = ["Output tokens / query: retriever + generator generated tokens per question, counted with the policy's "
-             "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5)."]
+             "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5).", CI_NOTE]
     return Table("table2_efficiency", "Efficiency: EX (%) and output tokens per query, paper vs this run", cols, rows, notes)
 
 
 def table_robustness(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     sets = ["spider_dk", "spider_syn", "spider_realistic"]
     cols = ["Method", "Source"] + [SET_LABELS[s] for s in sets]
-    rows = [[r["method"], "paper"] + [_fmt(r.get(s)) for s in sets] for r in paper["robustness"]]
+    rows = [[r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets] for r in paper["robustness"]]
     rl = inputs.evaluation().get("rl", {})
     rows.append(["ACE-SQL (this kit)", f"profile {cfg.profile}"]
-                + [_fmt((rl.get(s) or {}).get("ex"), not_run(cfg.profile)) for s in sets])
-    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows)
+                + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(cfg.profile)) for s in sets])
+    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows, [CI_NOTE])
 
 
 def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof, ps = cfg.profile, primary_set(cfg, inputs)
     nr = not_run(prof)
-    cols = ["Variant", "Measured on", "BIRD dev (paper)", f"EX (profile {prof})", "Generator Ability (paper)",
+    cols = ["Variant", "Measured on", "BIRD dev (paper)", f"EX (profile {prof})", "Δ vs full (paper)",
+            f"Δ vs full [95% CI] (profile {prof})", f"p vs full (profile {prof})", "Generator Ability (paper)",
             f"Generator Ability (profile {prof})", "Retriever Ability (paper)", f"Retriever Ability (profile {prof})",
             f"Retriever P / R / exact (profile {prof})"]
     text = paper["text"]
     entries = list(paper["ablation"]) + [text["static_gold_target"], text["dense_reward"]]
     rows = []
+    paper_full = next((_num(e.get("bird_dev")) for e in entries if e["variant"] == "full"), None)
+    full = inputs.outcomes(variant_stage(inputs, "full", ps), ps)
     for e in entries:
         m = _variant_metrics(inputs, e["variant"], ps)
         prf = NOT_REPORTED if m is None else " / ".join(
-            _fmt(_share_pct(m.get(k)), "?") for k in ("column_precision", "column_recall", "column_exact_match"))
-        paper_ex = _fmt(e.get("bird_dev"), "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
-        rows.append([e["label"], dataset_label(ps, cfg), paper_ex, _fmt((m or {}).get("ex"), nr),
+            _fmt(inputs.share(m.get(k), f"{e['variant']} on {ps}: {k}"), "?")
+            for k in ("column_precision", "column_recall", "column_exact_match"))
+        paper_ex = _paper_cell(paper, e.get("bird_dev"), "bird_dev",
+                               "lower (not quantified)" if e["variant"] == "dense_reward" else NOT_REPORTED)
+        stage = variant_stage(inputs, e["variant"], ps)
+        pv = _num(e.get("bird_dev"))
+        paper_d = NOT_REPORTED if e["variant"] == "full" or pv is None or paper_full is None else f"{pv - paper_full:+.1f}"
+        mine = inputs.outcomes(stage, ps)
+        if e["variant"] == "full":
+            d_ci, d_p = NOT_REPORTED, NOT_REPORTED
+        elif mine and full:
+            c = stats.compare(mine, full, (e["variant"], "full"), seed=cfg.seed)
+            d_ci, d_p = fmt_diff(c.diff), fmt_p(c.p_value)
+        else:
+            d_ci = d_p = nr if m is None else "no per-question predictions"
+        rows.append([e["label"], dataset_label(ps, cfg), paper_ex, fmt_ci(ex_interval(inputs, stage, ps, m), nr),
+                     paper_d, d_ci, d_p,
                      _fmt(e.get("generator_ability")), _fmt((m or {}).get("generator_ability"), nr),
-                     _fmt(e.get("retriever_ability")), _fmt((m or {}).get("retriever_ability"), nr),
+                     _fmt(e.get("retriever_ability")),
+                     _fmt(inputs.share((m or {}).get("retriever_ability"), f"{e['variant']} on {ps}: retriever_ability"), nr),
                      prf if m is not None else nr])
     alt = text["alt_route_share"]
     notes = ["Generator Ability = EX with the gold SQL's column set as the pruned schema; Retriever Ability = % of "
@@ -393,7 +570,10 @@ def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> 
              f"Last two rows are stated in the paper's text only: static gold target {text['static_gold_target']['bird_dev']} "
              f"vs {text['static_gold_target']['full_bird_dev']} ({text['static_gold_target']['claim']}); dense reward: "
              f"{text['dense_reward']['claim']}.",
-             f"Paper: {alt['min']}% to {alt['max']}% of execution-correct predictions use alternative routes (fig6_routes)."]
+             f"Paper: {alt['min']}% to {alt['max']}% of execution-correct predictions use alternative routes (fig6_routes).",
+             "Δ vs full: the variant's EX minus the full method's, in points; this run's is paired by question id "
+             "(bootstrap 95% CI, exact McNemar p; over seeds: see the claims table). The paper's Δ has no CI: "
+             "its per-question results are not published.", CI_NOTE]
     return Table("table4_ablation", "Ablation: paper vs this run", cols, rows, notes)
 
 
@@ -452,8 +632,10 @@ def table_hyperparameters(cfg: Config, paper: dict[str, Any]) -> Table:
 
 def build_tables(cfg: Config, inputs: ReportInputs, paper: dict[str, Any] | None = None) -> list[Table]:
     paper = paper or load_paper_results()
+    from .claims import table_claims  # the claims table reads these helpers; imported here to avoid a cycle
+
     return [table_main(cfg, inputs, paper), table_efficiency(cfg, inputs, paper), table_robustness(cfg, inputs, paper),
-            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper)]
+            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper), table_claims(cfg, inputs, paper)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,14 +678,24 @@ def _series(rows: list[dict[str, Any]], key: str) -> tuple[np.ndarray, np.ndarra
     return np.array([p[0] for p in pts], float), np.array([p[1] for p in pts], float)
 
 
+VARIANT_ORDER = ("full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward")  # fixed colours, in this order
+
+
 def _variant_colors(variants: Iterable[str]) -> dict[str, Any]:
-    order = sorted(variants, key=lambda v: (v != "full", v))
-    return dict(zip(order, sns.color_palette("colorblind", max(len(order), 1))))
+    """The same variant in the same colour in every figure, whichever other variants a figure shows."""
+    palette = sns.color_palette("colorblind", 10)
+    extra = sorted(set(variants) - set(VARIANT_ORDER))
+    return {v: palette[i % len(palette)] for i, v in enumerate(list(VARIANT_ORDER) + extra)}
 
 
 def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, profile: str, title: str,
-                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "") -> bool:
-    """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged."""
+                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "",
+                 smooth: bool = False) -> bool:
+    """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged.
+
+    `smooth`: a per-step quantity measured on a handful of samples (a share of a few rollouts jumps
+    between 0 and 70%) is drawn as its moving mean over max(3, steps / 8) steps from 6 steps on,
+    the raw values faint behind it, and the legend says over how many steps."""
     ax.set_title(title)
     ax.set_xlabel("RL step")
     ax.set_ylabel(ylabel)
@@ -514,12 +706,26 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
             continue
         y = y * scale
         c = colors[variant]
+        seeds = int(max((_num(r.get("@seeds")) or 1) for r in rows))
+        lo_x, lo = _series(rows, f"{key}@lo")
+        _, hi = _series(rows, f"{key}@hi")
+        if seeds > 1 and len(lo_x) == len(x):  # several seeds: min-max band behind their mean
+            ax.fill_between(x, lo * scale, hi * scale, color=c, alpha=0.18, lw=0)
+            label_suffix_seeds = f" (mean of {seeds} seeds, band min-max)"
+        else:
+            label_suffix_seeds = ""
+        w, note = 0, ""
         if len(x) > 30:
             w = max(3, len(x) // 25)
+        if smooth and len(x) >= 6:
+            w = max(w, 3, len(x) // 8)
+            note = f" (mean of {w} steps)"
+        if w:
             ax.plot(x, y, style, color=c, alpha=0.25, lw=0.8)
             y = np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, mode="valid")
-        marker = "o" if len(x) <= 30 else None
-        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{label_suffix}")
+        marker = "o" if not w else None
+        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3,
+                label=f"{variant}{label_suffix}{note}{label_suffix_seeds}")
         drawn = True
     if drawn and ax.texts:  # an earlier series of this panel was missing: the panel is not empty after all
         for t in list(ax.texts):
@@ -532,20 +738,28 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
 
 
 def _legend(ax: plt.Axes) -> None:
+    """A panel's own legend (not the variants'), below the panel, off the data."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(frameon=False)
+        ax.legend(frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=2)
+
+
+def _figure_legend(fig: plt.Figure, axes: Iterable[plt.Axes]) -> None:
+    """One legend for the whole figure, right of every panel: each variant once, never over a curve."""
+    seen: dict[str, Any] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside right upper", frameon=False)
 
 
 def fig_rewards(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     for ax, role in zip(axes, ROLES):
         _plot_curves(ax, logs, f"reward/{role}", profile, f"({'ab'[ROLES.index(role)]}) {role} reward", "mean reward")
-        _legend(ax)
-    ax = axes[2]
-    _plot_curves(ax, logs, "val/ex", profile, "(c) validation", "%", scale=1.0, label_suffix=": EX")
-    _plot_curves(ax, logs, "val/retriever_exact", profile, "(c) validation", "%", style="--",
-                 label_suffix=": retriever exact")
-    _legend(ax)
+    _plot_curves(axes[2], logs, "val/ex", profile, "(c) validation EX", "%")
+    _plot_curves(axes[3], logs, "val/retriever_exact", profile, "(d) validation retriever exact match", "%")
+    _figure_legend(fig, axes)
     fig.suptitle(f"Rewards per role and validation vs RL step (profile {profile})")
     return fig
 
@@ -555,7 +769,7 @@ def fig_output_length(logs: dict[str, list[dict[str, Any]]], inputs: ReportInput
     for ax, role in zip(axes, ROLES):
         _plot_curves(ax, logs, f"completion_length/{role}", cfg.profile,
                      f"({'ab'[ROLES.index(role)]}) {role} completion length", "tokens")
-        _legend(ax)
+    _figure_legend(fig, axes[:2])
     ax, ps = axes[2], primary_set(cfg, inputs)
     sets = [ps] + sorted({s for _, s in inputs.predictions()} - {ps})
     ps = next((s for s in sets if inputs.output_tokens("sft", s) or inputs.output_tokens("rl", s)), ps)
@@ -591,16 +805,15 @@ def _pass_rate_hist(distill: dict[str, Any] | None) -> dict[int, float]:
 
 
 def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     _plot_curves(axes[0], logs, "pool/sets_per_question_mean", cfg.profile, "(a) distinct column sets per question", "sets")
-    _legend(axes[0])
-    _plot_curves(axes[1], logs, "pool/target_differs_from_gold_share", cfg.profile, "(b) pool targets vs gold", "%",
-                 scale=100.0, label_suffix=": target ≠ gold set")
-    _plot_curves(axes[1], logs, "route/alt_share", cfg.profile, "(b) pool targets vs gold", "%", scale=100.0,
-                 style="--", label_suffix=": correct rollouts on alt. route")
-    _legend(axes[1])
-    ax, hist = axes[2], _pass_rate_hist(inputs.metrics("02_self_distillation"))
-    ax.set_title("(c) distillation: correct SQLs per question")
+    _plot_curves(axes[1], logs, "pool/target_differs_from_gold_share", cfg.profile,
+                 "(b) pool targets ≠ gold set", "% of questions", scale=100.0, smooth=True)
+    _plot_curves(axes[2], logs, "route/alt_share", cfg.profile, "(c) correct rollouts on an alt. route",
+                 "% of correct rollouts", scale=100.0, smooth=True)
+    _figure_legend(fig, axes[:3])
+    ax, hist = axes[3], _pass_rate_hist(inputs.metrics("02_self_distillation"))
+    ax.set_title("(d) distillation: correct SQLs per question")
     if hist:
         ks = sorted(hist)
         ax.bar(ks, [hist[k] for k in ks], color=sns.color_palette("colorblind")[0], width=0.8)
@@ -616,16 +829,14 @@ def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: C
 
 
 def fig_pcgrad(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figure:
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), constrained_layout=True)
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     _plot_curves(axes[0], logs, "pcgrad/conflict_ratio", profile, "(a) conflicting tensors", "share of tensors")
     _plot_curves(axes[1], logs, "pcgrad/cosine", profile, "(b) cos(g_ret, g_gen)", "cosine")
     if axes[1].lines:
         axes[1].axhline(0, color="0.4", lw=0.8)
-    _plot_curves(axes[2], logs, "pcgrad/norm_ret", profile, "(c) gradient norms", "norm", label_suffix=": retriever")
-    _plot_curves(axes[2], logs, "pcgrad/norm_gen", profile, "(c) gradient norms", "norm", style="--",
-                 label_suffix=": generator")
-    for ax in axes:
-        _legend(ax)
+    _plot_curves(axes[2], logs, "pcgrad/norm_ret", profile, "(c) retriever gradient norm", "norm")
+    _plot_curves(axes[3], logs, "pcgrad/norm_gen", profile, "(d) generator gradient norm", "norm")
+    _figure_legend(fig, axes)
     fig.suptitle(f"PCGrad statistics vs RL step (profile {profile})")
     return fig
 
@@ -635,7 +846,8 @@ def fig_routes(inputs: ReportInputs, paper: dict[str, Any], cfg: Config) -> plt.
     alt = paper["text"]["alt_route_share"]
     ax.axhspan(alt["min"], alt["max"], color="0.88", zorder=0, label=f"paper: {alt['min']}-{alt['max']}%")
     bars: list[tuple[str, str, float]] = []
-    d = _share_pct((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"))
+    d = inputs.share((inputs.metrics("02_self_distillation") or {}).get("alt_route_share"),
+                     f"{inputs.metrics_dir / '02_self_distillation.json'}: alt_route_share")
     if d is not None:
         bars.append(("training pool", STAGE_LABELS["distill"], d))
     sets = sorted({s for st in inputs.evaluation().values() for s in st} | {s for _, s in inputs.predictions()})

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from .config import Config, settings_hash
+from .config import Config, code_hash, settings_hash
 from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
@@ -50,7 +50,10 @@ from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
 
 MANIFEST = "tiny_base_manifest.json"
-KIT_VERSION = 5  # bump when the recipe below changes in a way the config hash cannot see
+KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
+# The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
+# data loading, schema text); their code hash is part of the reuse key (`base_settings`).
+BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema")
 
 
 def tiny_think(columns: Iterable[str], role: str) -> str:
@@ -165,8 +168,23 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(base_sft_config(cfg)),
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
-        "torch": torch.__version__,
+        "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*BUILD_MODULES),
+        # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
+        "torch_threads": torch.get_num_threads(),
     }
+
+
+def _library_versions() -> dict[str, str]:
+    """Versions of the libraries that train the base model (a different TRL can train a different model)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("transformers", "trl", "tokenizers", "accelerate"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
 
 
 def base_sft_config(cfg: Config):

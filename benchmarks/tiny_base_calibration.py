@@ -29,6 +29,7 @@ def main() -> None:
     from acesql_lib.config import parse_overrides
     from acesql_lib.context import RunContext
     from acesql_lib.evaluate import evaluate, load_eval_set
+    from acesql_lib.stats import SHARE_KEYS
     from acesql_lib.tinybase import build_tiny_base
     from acesql_lib.tinyworld import build_tinyworld
 
@@ -72,7 +73,8 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for key, label in [("ex", "two-pass EX"), ("generator_ability", "generator on gold schema"),
                        ("retriever_ability", "retriever ability")]:
-        ax.plot([r["step"] for r in rows], [r[key] for r in rows], marker="o", label=label)
+        scale = 100.0 if key in SHARE_KEYS else 1.0  # shares are fractions in the metrics, percent on this axis
+        ax.plot([r["step"] for r in rows], [scale * r[key] for r in rows], marker="o", label=label)
     ax.axhspan(10, 60, color="0.9", zorder=0, label="target band for the base model")
     ax.set(xlabel="SFT step", ylabel="% of dev questions", title=f"Tiny base model ({args.questions} dev questions)")
     ax.legend(fontsize=8)

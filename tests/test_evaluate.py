@@ -55,10 +55,10 @@ def test_retrieval_metrics_by_hand():
     m = retrieval_metrics(RECORDS)
     assert m["n"] == 4  # the unresolvable gold set is left out
     # coverage: yes, yes, no, no (empty retrieval vs {a.x}; case-insensitive compare)
-    assert m["retriever_ability"] == pytest.approx(50.0)
-    assert m["column_precision"] == pytest.approx(100 * (1 + 2 / 3 + 1 + 0) / 4)
-    assert m["column_recall"] == pytest.approx(100 * (1 + 1 + 0.5 + 0) / 4)
-    assert m["column_exact_match"] == pytest.approx(25.0)
+    assert m["retriever_ability"] == pytest.approx(0.5)  # shares are fractions
+    assert m["column_precision"] == pytest.approx((1 + 2 / 3 + 1 + 0) / 4)
+    assert m["column_recall"] == pytest.approx((1 + 1 + 0.5 + 0) / 4)
+    assert m["column_exact_match"] == pytest.approx(0.25)
     assert retrieval_metrics([])["retriever_ability"] is None
 
 
@@ -70,11 +70,11 @@ def test_generator_ability_tokens_and_alt_routes():
     alt = alt_route_metrics(RECORDS)
     # 3 correct; one has no resolvable prediction set; of the 2 resolved, 1 is on another route
     assert alt["alt_route_n_correct"] == 3 and alt["alt_route_n_unresolved"] == 1
-    assert alt["alt_route_share"] == pytest.approx(50.0)
+    assert alt["alt_route_share"] == pytest.approx(0.5)
     assert alt_route_metrics([_record(False, gold=["a.x"], pred=["a.x"])])["alt_route_share"] is None
     summary = summarize(RECORDS)
     assert summary["ex"] == 60.0 and summary["generator_ability_n"] == 4 and summary["retriever_n"] == 4
-    assert summary["generator_well_formed"] == 60.0
+    assert summary["generator_well_formed"] == 0.6 and summary["ex"] == 60.0  # EX in percent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,4 +200,4 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     assert json.loads((path / MANIFEST).read_text())["build_seconds"] == manifest["build_seconds"]
     result = evaluate_set(cfg, paths, path, cfg.eval.sets[0], stage="base")
     assert 10.0 <= result.ex <= 60.0, result.metrics
-    assert result.metrics["retriever_well_formed"] > 50.0 and result.metrics["generator_well_formed"] > 50.0
+    assert result.metrics["retriever_well_formed"] > 0.5 and result.metrics["generator_well_formed"] > 0.5

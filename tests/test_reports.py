@@ -9,24 +9,53 @@ import pytest
 import yaml
 from PIL import Image
 
+from scipy import stats as sps
+
 from acesql_lib import reports
 from acesql_lib.config import Config, load_config
+from acesql_lib.evaluate import EvalResult, summarize, write_outputs
 
-RL_EX, SFT_EX, BASE_EX = 47.3, 41.9, 22.6
-RL_TOKENS = 183.4
-SFT_PRED_TOKENS = [(40, 210), (38, 250), (52, 301), (45, 199)]  # (retriever, generator) per question
-RL_PRED_TOKENS = [(30, 120), (28, 150), (35, 171), (33, 140)]
+N_DEV = 200  # questions in the fixture's dev set
+# Per stage/variant: (k, offset) = questions (i - offset) % N_DEV < k are correct
+CORRECT = {"base": (45, 0), "sft": (84, 0), "rl": (95, 0), "rl_full": (95, 0), "rl_no_pcgrad": (95, 10),
+           "rl_static_gold": (120, 0)}
+RL_EX, SFT_EX, BASE_EX = 47.5, 42.0, 22.5
 
 
-def _set_metrics(ex: float, tokens: float | None, gen_ab: float, ret_ab: float, alt: float | None) -> dict:
-    m = {"ex": ex, "n": 200, "ex_by_difficulty": {"simple": ex + 5, "moderate": ex - 3, "challenging": ex - 9},
-         "generator_ability": gen_ab, "retriever_ability": ret_ab,
-         "column_precision": 81.0, "column_recall": 74.0, "column_exact_match": 38.0}
-    if tokens is not None:
-        m.update(tokens_per_question=tokens, retriever_tokens=round(tokens * 0.2, 1), generator_tokens=round(tokens * 0.8, 1))
-    if alt is not None:
-        m["alt_route_share"] = alt
-    return m
+def _tokens(stage: str, i: int) -> tuple[int, int]:
+    """(retriever, generator) tokens of question i: RL writes shorter outputs than SFT on every question."""
+    return (40 + i % 7, 200 + i % 13) if stage in ("base", "sft") else (30 + i % 5, 120 + i % 11)
+
+
+def eval_records(stage: str, n_exact: int = 0, n_alt: int = 0) -> list[dict]:
+    """Per-question records in `evaluate`'s format; the first n_exact retrieve exactly the gold set and
+    the first n_alt correct predictions read another column set than the gold SQL."""
+    k, off = CORRECT[stage]
+    rows, alt_left = [], n_alt
+    for i in range(N_DEV):
+        correct = (i - off) % N_DEV < k
+        alt = correct and alt_left > 0
+        alt_left -= alt
+        r_tok, g_tok = _tokens(stage, i)
+        gold = ["t.a", "t.b"]
+        rows.append({
+            "id": f"dev_{i:03d}", "db_id": "db", "difficulty": ("simple", "moderate", "challenging")[i % 3],
+            "question": f"q{i}", "retrieved_columns": gold if i < n_exact else gold + ["t.c"],
+            "pred_sql": "SELECT a FROM t", "correct": correct, "exec_status": "ok", "gold_sql": "SELECT a FROM t",
+            "retriever_tokens": r_tok, "generator_tokens": g_tok, "retriever_truncated": False,
+            "generator_truncated": False, "retriever_well_formed": True, "generator_well_formed": True,
+            "gold_columns": gold, "pred_columns": (["t.c"] if alt else gold) if correct else None,
+            "alt_route": (bool(alt) if correct else None), "gold_schema_sql": "SELECT a FROM t",
+            "gold_schema_correct": correct or i % 2 == 0})
+    return rows
+
+
+def write_eval(run_dir: Path, stage: str, set_name: str = "tiny_dev", **kw) -> dict:
+    """One evaluation's files written by `evaluate.write_outputs`; returns its metrics (`summarize`)."""
+    records = eval_records(stage, **kw)
+    metrics = {"stage": stage, "set": set_name, "mode": "set", **summarize(records), "seconds": 1.0}
+    write_outputs(EvalResult(metrics, records, run_dir / "eval" / stage / set_name), set_name)
+    return metrics
 
 
 def _step(step: int, variant: str) -> dict:
@@ -46,20 +75,19 @@ def _step(step: int, variant: str) -> dict:
 
 
 def write_inputs(root: Path) -> reports.ReportDirs:
-    """What notebooks 02, 04, 05 and 06 of the tiny profile write, in their formats."""
+    """What notebooks 02, 04, 05 and 06 of the tiny profile write, through the producers' own functions."""
     dirs = reports.ReportDirs(root / "reports" / "metrics", root / "runs", root / "reports" / "tables",
                               root / "reports" / "figures")
     dirs.metrics.mkdir(parents=True)
-    evaluation = {"profile": "tiny", "stages": {
-        "base": {"tiny_dev": _set_metrics(BASE_EX, 260.0, 50.1, 30.2, 0.12)},
-        "sft": {"tiny_dev": _set_metrics(SFT_EX, None, 58.0, 44.4, None)},  # tokens/routes only in predictions
-        "rl": {"tiny_dev": _set_metrics(RL_EX, RL_TOKENS, 61.2, 52.7, 0.31)}}}
+    # rl: 1 of 200 questions retrieves the gold set exactly (0.5%), 1 of 95 correct on another route
+    stages = {"base": write_eval(dirs.run, "base", n_alt=3), "sft": write_eval(dirs.run, "sft", n_exact=30),
+              "rl": write_eval(dirs.run, "rl", n_exact=1, n_alt=1)}
+    evaluation = {"profile": "tiny", "notebook": "05_evaluation", "stages": {k: {"tiny_dev": m} for k, m in stages.items()}}
     (dirs.metrics / "05_evaluation.json").write_text(json.dumps(evaluation))
-    ablations = {"variants": {"full": {"tiny_dev": _set_metrics(RL_EX, RL_TOKENS, 61.2, 52.7, 0.31)},
-                              "no_pcgrad": {"tiny_dev": _set_metrics(44.8, 190.0, 57.5, 49.9, 0.28)},
-                              "static_gold": {"tiny_dev": _set_metrics(45.6, 185.0, 60.0, 55.0, 0.05)}}}
+    variants = {v: write_eval(dirs.run, f"rl_{v}", n_exact=1, n_alt=1) for v in ("full", "no_pcgrad", "static_gold")}
+    ablations = {"profile": "tiny", "notebook": "06_ablations", "variants": {v: {"tiny_dev": m} for v, m in variants.items()}}
     (dirs.metrics / "06_ablations.json").write_text(json.dumps(ablations))
-    (dirs.metrics / "02_self_distillation.json").write_text(json.dumps(
+    (dirs.metrics / "02_self_distillation.json").write_text(json.dumps(  # distill writes shares as fractions
         {"alt_route_share": 0.274, "pass_rate_hist": {str(k): 40 - 4 * k for k in range(9)}}))
     for variant in ("full", "no_pcgrad", "full.stale-1"):  # a run set aside (other settings) is not plotted
         log = dirs.run / "grpo" / variant / "metrics.jsonl"
@@ -68,12 +96,6 @@ def write_inputs(root: Path) -> reports.ReportDirs:
         if variant == "full":
             lines += ["{not json", json.dumps({"reward/retriever": 0.5})]  # one malformed line, one without a step
         log.write_text("\n".join(lines) + "\n")
-    for stage, toks, alts in (("sft", SFT_PRED_TOKENS, [True, False, None, False]),
-                              ("rl", RL_PRED_TOKENS, [True, True, False, False])):
-        pred = dirs.run / "eval" / stage / "tiny_dev" / "predictions.jsonl"
-        pred.parent.mkdir(parents=True)
-        pred.write_text("".join(json.dumps({"retriever_tokens": r, "generator_tokens": g, "correct": True,
-                                            "alt_route": a}) + "\n" for (r, g), a in zip(toks, alts)))
     return dirs
 
 
@@ -124,38 +146,53 @@ def test_every_artefact_is_written_and_non_empty(built, tiny_cfg):
 def test_main_table_puts_paper_beside_measured_and_names_the_dataset_honestly(built):
     dirs, _ = built
     rows = _csv(dirs, "table1_main")
-    assert _row(rows, "Method", "ACE-SQL")["BIRD dev"] == "65.3"
+    assert _row(rows, "Method", "ACE-SQL")["BIRD dev"] == _wilson_cell(1002, 1534)  # 65.3% of BIRD dev's 1,534
+    assert _row(rows, "Method", "ACE-SQL")["Spider test"] == _wilson_cell(1872, 2147)  # 87.2% of 2,147
     mine = _row(rows, "Source", "profile tiny")
-    assert mine["tiny_dev (BIRD format)"] == f"{RL_EX:.1f}"
+    assert mine["tiny_dev (BIRD format)"] == _wilson_cell(95, N_DEV)
     assert mine["BIRD dev"] == mine["Spider test"] == "not run in profile tiny"
     assert _row(rows, "Method", "OmniSQL")["tiny_dev (BIRD format)"] == reports.NOT_REPORTED
     md = (dirs.tables / "table1_main.md").read_text()
-    assert "65.3" in md and f"{RL_EX:.1f}" in md and "not comparable with BIRD/Spider" in md
+    assert "65.3 [" in md and f"{RL_EX:.1f} [" in md and "not comparable with BIRD/Spider" in md
+    assert "95% CI" in md
 
 
-def test_efficiency_table_reads_tokens_from_metrics_else_from_predictions(built):
+def _wilson_cell(k: int, n: int) -> str:
+    ci = sps.binomtest(k, n).proportion_ci(0.95, method="wilson")
+    return f"{100 * k / n:.1f} [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+
+def test_efficiency_table_reads_tokens_and_carries_ex_cis(built):
     dirs, _ = built
     rows = _csv(dirs, "table2_efficiency")
-    assert _row(rows, "Method", "ACE-SQL SFT + RL")["Output tokens / query"] == "930"
+    paper_rl = _row(rows, "Method", "ACE-SQL SFT + RL")
+    assert (paper_rl["Output tokens / query"], paper_rl["EX"]) == ("930", _wilson_cell(1002, 1534))
     rl = _row(rows, "Method", "ACE-SQL SFT + RL (this kit)")
-    assert (rl["EX"], rl["Output tokens / query"], rl["Dataset"]) == (f"{RL_EX:.1f}", f"{RL_TOKENS:.1f}",
-                                                                      "tiny_dev (BIRD format)")
+    toks = [_tokens("rl", i) for i in range(N_DEV)]
+    assert (rl["EX"], rl["Output tokens / query"], rl["Dataset"]) == (
+        _wilson_cell(95, N_DEV), f"{sum(r + g for r, g in toks) / N_DEV:.1f}", "tiny_dev (BIRD format)")
     sft = _row(rows, "Method", "ACE-SQL SFT (this kit)")
-    mean_sft = sum(r + g for r, g in SFT_PRED_TOKENS) / len(SFT_PRED_TOKENS)
-    mean_ret = sum(r for r, _ in SFT_PRED_TOKENS) / len(SFT_PRED_TOKENS)
-    assert (sft["Output tokens / query"], sft["Retriever tokens"]) == (f"{mean_sft:.1f}", f"{mean_ret:.1f}")
+    toks = [_tokens("sft", i) for i in range(N_DEV)]
+    assert sft["Retriever tokens"] == f"{sum(r for r, _ in toks) / N_DEV:.1f}"
 
 
 def test_ablation_rows_fill_from_both_notebooks_and_say_what_did_not_run(built):
     dirs, _ = built
     rows = _csv(dirs, "table4_ablation")
     full = _row(rows, "Variant", "+ ACE-SQL full")
-    assert (full["BIRD dev (paper)"], full["EX (profile tiny)"]) == ("65.3", f"{RL_EX:.1f}")
-    assert full["Retriever P / R / exact (profile tiny)"] == "81.0 / 74.0 / 38.0"
-    assert _row(rows, "Variant", "+ SFT")["Generator Ability (profile tiny)"] == "58.0"
+    assert (full["BIRD dev (paper)"], full["EX (profile tiny)"]) == (_wilson_cell(1002, 1534), _wilson_cell(95, N_DEV))
+    # precision 2/3 everywhere but the one exact question; recall 100%; exact match 1 of 200 = 0.5%
+    assert full["Retriever P / R / exact (profile tiny)"] == f"{100 * (199 * 2 / 3 + 1) / 200:.1f} / 100.0 / 0.5"
+    assert full["Retriever Ability (profile tiny)"] == "100.0" and full["Δ vs full (paper)"] == reports.NOT_REPORTED
+    assert _row(rows, "Variant", "+ SFT")["Generator Ability (profile tiny)"] == f"{100 * (84 + 58) / 200:.1f}"
+    sft = _row(rows, "Variant", "+ SFT")
+    assert sft["Δ vs full (paper)"] == "-1.7" and sft["Δ vs full [95% CI] (profile tiny)"].startswith("-5.5 [")
+    assert sft["p vs full (profile tiny)"] == "<0.001"  # 11 questions only the full method gets: p = 2 / 2^11
     assert _row(rows, "Variant", "+ ACE-SQL w/o schedule")["EX (profile tiny)"] == "not run in profile tiny"
+    nopc = _row(rows, "Variant", "+ ACE-SQL w/o PCGrad")  # same EX, 10 questions won and 10 lost
+    assert nopc["Δ vs full [95% CI] (profile tiny)"].startswith("+0.0 [-") and nopc["p vs full (profile tiny)"] == "1.000"
     static = _row(rows, "Variant", "static gold-column retriever target")
-    assert (static["BIRD dev (paper)"], static["EX (profile tiny)"]) == ("64.7", "45.6")
+    assert (static["BIRD dev (paper)"], static["EX (profile tiny)"]) == (_wilson_cell(992, 1534), _wilson_cell(120, N_DEV))
     assert _row(rows, "Variant", "dense retriever reward")["BIRD dev (paper)"] == "lower (not quantified)"
     assert "19.1% to 42.3%" in (dirs.tables / "table4_ablation.md").read_text()
 
@@ -164,7 +201,7 @@ def test_robustness_row_is_not_run_in_tiny(built):
     dirs, _ = built
     mine = _row(_csv(dirs, "table3_robustness"), "Source", "profile tiny")
     assert mine["Spider-DK"] == mine["Spider-Realistic"] == "not run in profile tiny"
-    assert _row(_csv(dirs, "table3_robustness"), "Method", "ACE-SQL")["Spider-Realistic"] == "79.5"
+    assert _row(_csv(dirs, "table3_robustness"), "Method", "ACE-SQL")["Spider-Realistic"] == _wilson_cell(404, 508)
 
 
 def test_hyperparameter_table_compares_paper_default_and_profile(built):
@@ -199,6 +236,8 @@ def test_latex_and_markdown_are_well_formed(built):
         for line in body:  # every unescaped & separates a cell
             assert line.replace("\\&", "").count("&") == n_cols - 1, line
         assert "tiny_dev" not in tex and "%" not in tex.replace("\\%", "")
+        text_mode = tex.replace("$<$", "").replace("$>$", "")
+        assert not any(ch in text_mode for ch in "Δ±<>"), name  # written as math, not as raw text glyphs
         md = [ln for ln in (dirs.tables / f"{name}.md").read_text().splitlines() if ln.startswith("|")]
         assert md[1] == "|" + "|".join(["---"] * n_cols) + "|"
         assert all(ln.replace("\\|", "").count("|") == n_cols + 1 for ln in md), name
@@ -242,15 +281,17 @@ def test_malformed_records_are_counted_and_skipped(tmp_path):
 
 def test_alternative_route_share_prefers_metrics_then_predictions(tmp_path):
     inputs = reports.ReportInputs(write_inputs(tmp_path).metrics, tmp_path / "runs")
-    assert inputs.alt_route_share("rl", "tiny_dev") == pytest.approx(31.0)  # metrics (fraction -> %)
-    assert inputs.alt_route_share("sft", "tiny_dev") == pytest.approx(100 / 3)  # 1 of 3 known flags
+    assert inputs.alt_route_share("rl", "tiny_dev") == pytest.approx(100 / 95)  # metrics (fraction -> %)
+    assert inputs.alt_route_share("base", "tiny_dev") == pytest.approx(100 * 3 / 45)
+    assert inputs.alt_route_share("rl_no_pcgrad", "tiny_dev") == pytest.approx(100 / 95)  # predictions only
     assert inputs.alt_route_share("base", "bird_dev") is None
 
 
 def test_summary_markdown_is_the_main_table(tmp_path, tiny_cfg):
     md = reports.summary_markdown(tiny_cfg, write_inputs(tmp_path))
     assert md.splitlines()[0].startswith("**Main results")
-    assert "| ACE-SQL | Qwen3-8B | paper | 65.3 | 83.4 | 87.2 |" in md and f"| {RL_EX:.1f} |" in md
+    assert f"| ACE-SQL | Qwen3-8B | paper | {_wilson_cell(1002, 1534)} | {_wilson_cell(862, 1034)} |" in md
+    assert f"| {_wilson_cell(95, N_DEV)} |" in md
 
 
 def test_paper_results_file_missing_a_section_is_named(tmp_path):
@@ -266,3 +307,135 @@ def test_runs_set_aside_as_stale_are_not_variants(built):
     dirs, _ = built
     assert (dirs.run / "grpo" / "full.stale-1" / "metrics.jsonl").exists()
     assert sorted(reports.ReportInputs(dirs.metrics, dirs.run).grpo_logs()) == ["full", "no_pcgrad"]
+
+
+def test_a_small_share_prints_as_itself_not_times_100(tmp_path, tiny_cfg):
+    """Issue 17: evaluate's shares are fractions and the tables print them in percent, whatever their size
+    (0.5% column exact match printed as 50% while shares were guessed from their value)."""
+    run = tmp_path / "runs"
+    m = write_eval(run, "rl", n_exact=1, n_alt=1)  # 1 of 200 exact (0.5%), 1 of 95 correct on another route
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "05_evaluation.json").write_text(json.dumps({"stages": {"rl": {"tiny_dev": m}}}))
+    inputs = reports.ReportInputs(metrics, run)
+    table = reports.table_ablation(tiny_cfg, inputs, reports.load_paper_results())
+    full = table.rows[[r[0] for r in table.rows].index("+ ACE-SQL full")]
+    assert full[table.columns.index("Retriever P / R / exact (profile tiny)")].endswith(" / 100.0 / 0.5")
+    assert inputs.alt_route_share("rl", "tiny_dev") == pytest.approx(100 / 95)
+
+
+def _claims(dirs: reports.ReportDirs, cfg: Config) -> dict[str, dict[str, str]]:
+    from acesql_lib.claims import table_claims
+
+    t = table_claims(cfg, reports.ReportInputs(dirs.metrics, dirs.run), reports.load_paper_results())
+    return {r[0]: dict(zip(t.columns, r)) for r in t.rows}
+
+
+def test_claims_table_is_written_with_verdicts_from_paired_tests(built):
+    dirs, out = built
+    assert [p.name for p in out["claims"]] == ["claims.csv", "claims.md", "claims.tex"]
+    rows = {r["Claim"]: r for r in _csv(dirs, "claims")}
+    assert len(rows) == 8
+    sft = rows["SFT > base"]
+    assert (sft["This run (profile tiny)"], sft["Verdict"]) == (f"{SFT_EX:.1f} vs {BASE_EX:.1f}", "holds")
+    assert sft["Paper Δ [unpaired 95% CI]"].startswith("+9.4 [") and sft["Paper gap vs noise"] == "beyond noise"
+    rl = rows["RL > SFT"]  # 11 questions only RL gets right, none the other way: McNemar p = 2 / 2^11
+    assert rl["Δ [95% CI]"].startswith("+5.5 [+") and rl["p (test)"] == "<0.001 (exact McNemar)"
+    assert rl["Verdict"] == "holds" and rl["Paper gap vs noise"] == "within noise"
+    assert rows["full > w/o PCGrad"]["Verdict"] == "not distinguishable at this scale"  # 10 won, 10 lost
+    assert rows["full > w/o PCGrad"]["p (test)"] == "1.000 (exact McNemar)"
+    assert rows["empirical pool > static gold target"]["Verdict"] == "reversed"  # static gold is 25 questions better
+    assert rows["full > w/o schedule"]["Verdict"] == "not run in profile tiny"
+    tok = rows["RL shortens outputs (tokens per question)"]
+    assert tok["Paper (BIRD dev)"] == "0.93k vs 1.90k" and tok["Verdict"] == "holds" and tok["Δ [95% CI]"].startswith("-")
+    alt = rows["correct predictions on alternative routes (%)"]
+    assert alt["This run (profile tiny)"] == _wilson_cell(1, 95) and alt["Verdict"] == "outside the paper's range"
+    assert "not distinguishable at this scale" in (dirs.tables / "claims.md").read_text()
+
+
+def test_claims_over_seeds_pair_each_seed_and_show_the_spread(tmp_path, tiny_cfg):
+    dirs = reports.ReportDirs(tmp_path / "metrics", tmp_path / "runs", tmp_path / "tables", tmp_path / "figures")
+    for seed, rl_k in ((0, 95), (1, 90), (2, 100)):  # nested correct sets: RL beats SFT (84) by 11, 6 and 16 questions
+        CORRECT["rl_seed"] = (rl_k, 0)
+        for stage in ("base", "sft"):
+            write_eval(dirs.run / f"seed-{seed}", stage)
+        m = write_eval(dirs.run / f"seed-{seed}", "rl_seed")
+        (dirs.run / f"seed-{seed}" / "eval" / "rl_seed").rename(dirs.run / f"seed-{seed}" / "eval" / "rl")
+    del CORRECT["rl_seed"]
+    assert m["ex"] == 50.0
+    rows = _claims(dirs, tiny_cfg)
+    rl = rows["RL > SFT"]
+    assert rl["Seeds"].startswith("3 seeds: +5.5, +3.0, +8.0; mean +5.5, sd 2.5")
+    assert rl["Δ [95% CI]"].startswith("+5.5 [+") and "sign-flip" in rl["p (test)"] and rl["Verdict"] == "holds"
+    assert rows["SFT > base"]["This run (profile tiny)"] == f"{SFT_EX:.1f} vs {BASE_EX:.1f}"
+
+
+def test_outcomes_are_keyed_by_id_and_bad_rows_are_reported(tmp_path):
+    run = tmp_path / "runs"
+    write_eval(run, "sft")
+    pred = run / "eval" / "sft" / "tiny_dev" / "predictions.jsonl"
+    lines = pred.read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    rows[1]["correct"] = "yes"  # wrong type
+    del rows[2]["id"]
+    rows.append(dict(rows[0]))  # a repeated id
+    pred.write_text("".join(json.dumps(r) + "\n" for r in reversed(rows)))
+    inputs = reports.ReportInputs(tmp_path / "metrics", run)
+    got = inputs.outcomes("sft", "tiny_dev")
+    assert list(got) == [None] and len(got[None]) == N_DEV - 2 and got[None]["dev_000"] is True
+    text = "\n".join(inputs.problems)
+    assert "2 row(s) without an id or a valid 'correct'" in text and "1 repeated question id(s)" in text
+    assert "sft/tiny_dev/predictions.jsonl" in text
+
+
+def test_figures_keep_one_quantity_per_panel_legends_off_the_data_and_colours_per_variant(tmp_path):
+    dirs = write_inputs(tmp_path)
+    logs = reports.ReportInputs(dirs.metrics, dirs.run).grpo_logs()
+    colours = reports._variant_colors(["no_pcgrad"])
+    assert colours["no_pcgrad"] == reports._variant_colors(["full", "no_pcgrad", "dense_reward", "x"])["no_pcgrad"]
+    for make in (reports.fig_rewards, reports.fig_pcgrad):
+        fig = make(logs, "tiny")
+        fig.canvas.draw()
+        data_axes = [ax for ax in fig.axes if ax.lines]
+        assert len(data_axes) == 4
+        for ax in data_axes:  # one quantity: one line (or one raw + one smoothed) per variant, not one per key
+            assert len({ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")}) <= len(logs)
+            assert ax.get_legend() is None
+        assert len(fig.legends) == 1
+        box = fig.legends[0].get_window_extent()
+        assert not any(box.overlaps(ax.get_window_extent()) for ax in fig.axes), make.__name__
+        reports.plt.close(fig)
+    fig = reports.fig_pool(logs, reports.ReportInputs(dirs.metrics, dirs.run), load_config("tiny"))
+    labels = [ln.get_label() for ln in fig.axes[2].lines if not ln.get_label().startswith("_")]
+    assert labels and all(lab.endswith("(mean of 3 steps)") for lab in labels)  # noisy route shares smoothed, said so
+    reports.plt.close(fig)
+
+
+def test_seeds_are_drawn_as_a_band_around_their_mean(tmp_path):
+    run = tmp_path / "runs"
+    for seed, shift in ((0, 0.0), (1, 0.2)):
+        log = run / f"seed-{seed}" / "grpo" / "full" / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text("".join(json.dumps({**_step(s, "full"), "reward/retriever": 0.1 * s + shift}) + "\n"
+                               for s in range(1, 6)))
+    logs = reports.ReportInputs(tmp_path / "metrics", run).grpo_logs()
+    row = logs["full"][2]  # step 3
+    assert row["@seeds"] == 2 and row["reward/retriever"] == pytest.approx(0.4)
+    assert (row["reward/retriever@lo"], row["reward/retriever@hi"]) == (pytest.approx(0.3), pytest.approx(0.5))
+    fig = reports.fig_rewards(logs, "tiny")
+    ax = fig.axes[0]
+    assert len(ax.collections) == 1  # the band
+    assert [ln.get_label() for ln in ax.lines] == ["full (mean of 2 seeds, band min-max)"]
+    reports.plt.close(fig)
+
+
+def test_a_share_written_in_percent_is_reported_not_rescaled(tmp_path, tiny_cfg):
+    m = write_eval(tmp_path / "runs", "rl")
+    m["column_exact_match"] = 38.0  # an older file in percent: not a fraction, so not a share
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "05_evaluation.json").write_text(json.dumps({"stages": {"rl": {"tiny_dev": m}}}))
+    inputs = reports.ReportInputs(tmp_path / "metrics", tmp_path / "runs")
+    table = reports.table_ablation(tiny_cfg, inputs, reports.load_paper_results())
+    full = table.rows[[r[0] for r in table.rows].index("+ ACE-SQL full")]
+    assert full[table.columns.index("Retriever P / R / exact (profile tiny)")].endswith(" / ?")
+    assert any("column_exact_match: share 38 is outside [0, 1]" in p for p in inputs.problems)

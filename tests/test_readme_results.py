@@ -1,0 +1,65 @@
+"""scripts/readme_results.py: the README's results block is the run's tables, nothing hand-copied."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from acesql_lib import reports
+from acesql_lib.config import load_config
+from test_reports import write_inputs  # the reports fixture, written by evaluate's own functions
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_results.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("readme_results", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def reports_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("run")
+    dirs = write_inputs(root)
+    cfg = load_config("tiny")
+    for t in reports.build_tables(cfg, reports.ReportInputs(dirs.metrics, dirs.run)):
+        t.write(dirs.tables, ["md"])
+    return dirs.tables.parent
+
+
+def test_block_is_replaced_by_the_run_tables_and_the_rest_is_kept(reports_dir, tmp_path):
+    rr = _script()
+    readme = tmp_path / "README.md"
+    readme.write_text("# Kit\n\nintro\n\n<!-- results:tiny -->\nbase 15.0, SFT 15.5 (hand-copied)\n"
+                      "<!-- /results:tiny -->\n\n## Later\ntext\n")
+    assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme), "--check"]) == 1
+    assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "hand-copied" not in text and text.startswith("# Kit\n\nintro\n\n") and text.endswith("## Later\ntext\n")
+    claims = (reports_dir / "tables" / "claims.md").read_text().strip()
+    assert claims in text and (reports_dir / "tables" / "table1_main.md").read_text().strip() in text
+    assert "| RL > SFT |" in text and "[" in text  # the claims with their CIs
+    assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme), "--check"]) == 0
+    before = readme.read_text()
+    rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)])
+    assert readme.read_text() == before  # idempotent
+
+
+def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
+    rr = _script()
+    readme = tmp_path / "README.md"
+    readme.write_text("# no markers\n")
+    with pytest.raises(rr.ReadmeError, match=r"README.md: expected one block <!-- results:tiny -->"):
+        rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)])
+    with pytest.raises(rr.ReadmeError, match="run the pipeline for profile tiny first"):
+        rr.main(["--profile", "tiny", "--reports", str(tmp_path / "nothing"), "--readme", str(readme)])
+
+
+def test_the_repository_readme_has_a_block_per_profile():
+    text = (SCRIPT.parents[1] / "README.md").read_text()
+    for profile in ("tiny", "tiny-study"):
+        begin, end = _script().markers(profile)
+        assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end)

@@ -1,0 +1,93 @@
+"""Reuse keys follow the code that builds an artefact, and one machine's rerun with a seed repeats itself."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import torch
+
+from acesql_lib import tinybase
+from acesql_lib.config import code_hash, load_config, settings_hash, source_digest
+from acesql_lib.datasets import load_bird, schemas_for
+from acesql_lib.evaluate import evaluate
+from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
+from acesql_lib.tinyworld import TinyWorld
+
+SOURCE = '''"""Module doc."""
+import math
+
+
+def steps(n):
+    """How many steps."""
+    return math.ceil(n / 4)  # a comment
+'''
+
+
+def test_source_digest_follows_code_not_comments_or_docstrings(tmp_path):
+    f = tmp_path / "recipe.py"
+    f.write_text(SOURCE)
+    before = source_digest([f])
+    f.write_text(SOURCE.replace("# a comment", "# another comment").replace("How many steps.", "Steps.")
+                 .replace("return math", "return  math"))
+    assert source_digest([f]) == before
+    f.write_text(SOURCE.replace("n / 4", "n / 8"))  # what the build does changed
+    assert source_digest([f]) != before
+
+
+def test_code_hash_names_package_modules():
+    assert code_hash("tinybase", "sft") == code_hash("tinybase", "sft")
+    assert code_hash("tinybase", "sft") != code_hash("tinybase")
+    with pytest.raises(FileNotFoundError):
+        code_hash("no_such_module")
+
+
+def test_base_model_key_holds_the_building_code(tmp_path, monkeypatch):
+    cfg, world = load_config("tiny"), TinyWorld(tmp_path / "world")
+    settings = tinybase.base_settings(cfg, world)
+    assert settings["code"] == code_hash(*tinybase.BUILD_MODULES)
+    assert {"transformers", "trl"} <= set(settings["libraries"])
+    key = settings_hash(settings)
+    assert settings_hash(tinybase.base_settings(cfg, world)) == key  # stable across calls
+    monkeypatch.setattr(tinybase, "code_hash", lambda *m: "edited-recipe")  # e.g. sft.py changed
+    assert settings_hash(tinybase.base_settings(cfg, world)) != key
+    monkeypatch.undo()
+    threads = torch.get_num_threads()
+    try:  # the thread count orders CPU float sums, so it shapes the trained weights
+        torch.set_num_threads(threads + 1)
+        assert settings_hash(tinybase.base_settings(cfg, world)) != key
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_tokenizer_training_is_deterministic():
+    texts = ["SELECT name FROM singer WHERE age > 30", "How many singers are from France?"] * 20
+    a, b = train_tiny_tokenizer(texts, vocab_size=300), train_tiny_tokenizer(texts, vocab_size=300)
+    assert a.get_vocab() == b.get_vocab()
+
+
+def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
+    db = tmp_path / "dev_databases" / "concerts" / "concerts.sqlite"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);"
+                       "INSERT INTO singer VALUES (1, 'Joe', 52), (2, 'Ann', 25);")
+    conn.commit()
+    conn.close()
+    qs = [("How many singers are older than 30?", "SELECT count(*) FROM singer WHERE age > 30"),
+          ("Name the singers.", "SELECT name FROM singer")]
+    (tmp_path / "dev.json").write_text(json.dumps([{"question_id": i, "db_id": "concerts", "question": q,
+                                                     "evidence": "", "SQL": s, "difficulty": "simple"}
+                                                    for i, (q, s) in enumerate(qs)]))
+    examples = list(load_bird(tmp_path / "dev.json", tmp_path / "dev_databases"))
+    schemas = schemas_for(examples)
+    cfg = load_config("tiny", {"eval.max_new_tokens": 32, "engine.hf_batch_size": 4, "eval.workers": 1})
+    tok = train_tiny_tokenizer([q for q, _ in qs] * 3 + [s for _, s in qs] * 3 + [schemas["concerts"].to_ddl()], 300)
+    runs = []
+    for _ in range(2):
+        model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                 intermediate_size=64, max_position=1024, seed=0)
+        runs.append(evaluate(model, tok, examples, schemas, cfg, mode="set", progress=False).records)
+    assert runs[0] == runs[1]
+    assert any(r["retriever_tokens"] > 1 for r in runs[0])  # something was generated, not two empty runs
