@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from acesql_lib.executor import batch, execute, shutdown_pool  # noqa: E402
+from acesql_lib import executor  # noqa: E402
+from acesql_lib.executor import execute, shutdown_pool, workers  # noqa: E402
 
 
 def cte_chain(levels: int) -> str:
@@ -57,7 +58,7 @@ class PeakSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            pool = batch._SINGLE
+            pool = workers._SINGLE
             for w in (pool.workers if pool else []):
                 try:
                     with open(f"/proc/{w.proc.pid}/status") as f:
@@ -83,7 +84,7 @@ def main() -> None:
         digest = hashlib.sha256(db.read_bytes()).hexdigest()
         execute(db, "SELECT 1")  # the worker is started; what is timed is the statement
         rows = []
-        print(f"deadline {args.timeout:g} s, hard stop at {batch.HARD_FACTOR:g} x deadline + {batch.HARD_MARGIN_S:g} s")
+        print(f"deadline {args.timeout:g} s, hard stop at {executor.HARD_FACTOR:g} x deadline + {executor.HARD_MARGIN_S:g} s")
         print(f"{'class':48}{'status':>11}{'wall s':>8}{'peak MB':>9}  database unchanged")
         for name, sql in CASES.items():
             sampler = PeakSampler()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import batch, sandbox
+from acesql_lib.executor import sandbox, workers
 from acesql_lib.executor import execute, score_batch
 
 DEADLINE = 1.0
@@ -109,7 +109,7 @@ def test_untrusted_sql_does_not_run_in_the_callers_process_unless_asked(db):
     pid = os.getpid()
     r = execute(db, "SELECT 1")
     assert r.rows == [(1,)]
-    assert batch._SINGLE is not None and batch._SINGLE.workers[0].proc.pid != pid
+    assert workers._SINGLE is not None and workers._SINGLE.workers[0].proc.pid != pid
     small = score_batch([("SELECT 1", "SELECT 1", db)], workers=1, progress=False)  # 1 item: still a worker
     assert small[0].correct and executor._POOL is not None
     assert execute(db, "SELECT 2", in_process=True).rows == [(2,)]
@@ -142,7 +142,7 @@ def test_result_size_is_counted_row_by_row(db):
 def test_a_worker_caps_its_own_address_space(db):
     """An allocation beyond WORKER_MEMORY_BYTES fails inside the worker (too_large), not the machine."""
     execute(db, "SELECT 1")
-    pid = batch._SINGLE.workers[0].proc.pid
+    pid = workers._SINGLE.workers[0].proc.pid
     with open(f"/proc/{pid}/limits") as f:
         line = next(line for line in f if line.startswith("Max address space"))
     soft = int(line.split()[3])

@@ -6,14 +6,15 @@ SQL is treated as untrusted:
   with a function allowlist, statement allowlist, VM deadline, limits, heap, per-row result caps);
 - `compare`: `rows_match` in the modes of BIRD (§5 EX, sets), the paper's training reward (§4 step
   4, multisets, floats to 6 places) and Spider's test-suite evaluator;
-- `batch`: `execute` and `score_batch` run that SQL in worker processes under a hard deadline (a
-  compile or a single function call that SQLite cannot interrupt is stopped by killing the worker)
-  and an address-space cap, executing each distinct gold once;
+- `batch`: `execute` and `score_batch` run that SQL in worker processes (`workers`, running
+  `tasks`) under a hard deadline (a compile or a single function call that SQLite cannot
+  interrupt is stopped by killing the worker) and an address-space cap, each distinct gold once;
 - `bird`: the official prediction format and `python -m acesql_lib.executor`, BIRD's scoring rule.
 """
-from . import batch, bird, compare, sandbox
-from .batch import (HARD_FACTOR, HARD_MARGIN_S, WORKER_MEMORY_BYTES, Score, ScoreList, execute, score_batch,
-                    shared_pool, shutdown_pool)
+from . import batch, bird, compare, sandbox, tasks, workers
+from .batch import execute, score_batch
+from .tasks import HARD_FACTOR, HARD_MARGIN_S, WORKER_MEMORY_BYTES, Score, ScoreList
+from .workers import shared_pool, shutdown_pool
 from .bird import (BIRD_SEPARATOR, BirdReport, bird_ex_by_difficulty, score_bird, load_bird_gold, load_bird_predictions, main,
                    read_bird_predictions, write_bird_predictions)
 from .compare import MODES, gold_has_order_by, rows_match
@@ -31,5 +32,5 @@ __all__ = ["ALLOWED_FUNCTIONS", "BIRD_SEPARATOR", "BirdReport", "DEFAULT_MAX_ROW
 
 def __getattr__(name: str):
     if name == "_POOL":  # the live batch pool (tests and the benchmark inspect it)
-        return batch._POOL
+        return workers._POOL
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

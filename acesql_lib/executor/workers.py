@@ -1,0 +1,303 @@
+"""Worker processes for untrusted SQL: a hard deadline per SQL phase and an address-space cap.
+
+Each worker caps its own address space (`resource.setrlimit(RLIMIT_AS)`, WORKER_MEMORY_BYTES above
+what it held at start) and publishes when its current SQL phase started and its hard limit; the
+parent kills and replaces (lazily) a worker still inside a phase past that limit. Pipes, not
+queues, so after a death every answer sent can still be read, and a shared cursor names the item
+that was running.
+"""
+from __future__ import annotations
+
+import atexit
+import pickle
+import threading
+import time
+from collections import deque
+
+from .tasks import WORKER_MEMORY_BYTES, Score, _Clock, _run_task, _Task, _task_items
+
+FLUSH_S = 0.01  # a busy worker sends its answers at least this often
+QUEUE_DEPTH = 4  # groups assigned to a worker ahead of its answers, so it never waits for the parent
+
+def _limit_address_space(extra_bytes: int) -> None:
+    """Cap this process's address space at what it maps now plus `extra_bytes` (Linux; a no-op
+    where RLIMIT_AS or /proc is missing)."""
+    try:
+        import resource
+        with open("/proc/self/status") as f:
+            vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+        limit = vm + extra_bytes
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (ImportError, OSError, ValueError, StopIteration):
+        pass
+
+
+def _worker_main(conn, cursor, clock_shared, memory_bytes) -> None:
+    """Worker process loop: run the tasks the parent streams in, answering in batches (every
+    FLUSH_S, and whenever it would otherwise wait for work), until the parent sends None or goes
+    away. `cursor` (shared memory) counts the items started so far, so after a crash the parent
+    knows exactly which item was running; `clock_shared` says since when its SQL has run."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _limit_address_space(memory_bytes)
+    clock = _Clock(clock_shared)
+    started, out, last = 0, [], time.monotonic()
+    while True:
+        if out and not conn.poll():  # about to wait for work: send what is done first
+            conn.send(out)
+            out, last = [], time.monotonic()
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        seq, task = msg
+        answers = _run_task(task, clock)
+        while True:
+            cursor.value = started + 1  # set before the item runs
+            try:
+                answer = next(answers)
+            except StopIteration:
+                cursor.value = started
+                break
+            started += 1
+            out.append(("gold", seq, *answer[1:]) if answer[0] == "gold" else answer)
+            if time.monotonic() - last > FLUSH_S:
+                conn.send(out)
+                out, last = [], time.monotonic()
+
+
+class _Worker:
+    def __init__(self, ctx) -> None:
+        self.conn, child = ctx.Pipe()
+        self.cursor = ctx.RawValue("q", 0)
+        self.clock = ctx.RawArray("d", 2)
+        self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
+                                daemon=True, name="acesql-executor")
+        self.proc.start()
+        child.close()
+        self.tasks: dict[int, _Task] = {}  # assigned and not fully answered, by sequence number
+        self.pending: deque[tuple] = deque()  # their items in answer order; the first is next to answer
+        self.answered = 0  # items answered since the worker started (the cursor counts items started)
+        self.gold: dict[int, tuple[str, str]] = {}  # task seq -> gold outcome once known
+        self.seq = 0
+        self.last_seen = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.tasks)
+
+    def overrun(self, now: float) -> float:
+        """Seconds the SQL phase running now is past its hard limit (<= 0: within it, or none runs)."""
+        start, limit = self.clock[0], self.clock[1]
+        return now - start - limit if start else -1.0
+
+    def assign(self, task: _Task) -> None:
+        seq, self.seq = self.seq, self.seq + 1
+        if not self.tasks:
+            self.last_seen = time.monotonic()
+        self.tasks[seq] = task
+        if task.gold_known is not None:
+            self.gold[seq] = task.gold_known
+        self.pending.extend(_task_items(seq, task))
+        try:
+            self.conn.send((seq, task))
+        except OSError:  # the worker is gone; the pool sees it dead and hands the task to another
+            pass
+
+    def answer(self) -> None:
+        """Pop the next pending item; forget its task once all of it is answered."""
+        item = self.pending.popleft()
+        self.answered += 1
+        if not self.pending or self.pending[0][1] != item[1]:
+            self.tasks.pop(item[1], None)
+            self.gold.pop(item[1], None)
+
+    def in_flight(self) -> tuple | None:
+        """The item running now (or when the worker died): started but not answered."""
+        ahead = self.cursor.value - 1 - self.answered
+        return self.pending[ahead] if 0 <= ahead < len(self.pending) else None
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(None)
+        except OSError:
+            pass
+        self.proc.join(timeout=1.0)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+class _Pool:
+    """Worker processes with one pipe each. Each worker is kept QUEUE_DEPTH groups ahead and answers
+    in batches, so neither the pipes nor the parent hold it up on fast queries, while groups are
+    still handed out one by one (a slow group does not hold others back). Messages go over an
+    unbuffered Pipe (not a Queue with a feeder thread), so after a death every answer the worker
+    sent can still be read, and a shared cursor tells which item was running."""
+
+    def __init__(self, n_workers: int) -> None:
+        import multiprocessing as mp
+        # forkserver: fork-safe in threaded parents (torch, tokenizers) and starts fast after the first.
+        self.ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+        if self.ctx.get_start_method() == "forkserver":
+            self.ctx.set_forkserver_preload([__name__])  # a replacement worker starts in milliseconds
+        self.workers = [_Worker(self.ctx) for _ in range(n_workers)]
+        self.lock = threading.Lock()
+
+    def busy_items(self) -> dict[int, tuple[str, int]]:
+        """pid -> ("gold", first index of its group) or ("pred", index) for what each worker runs now."""
+        out = {}
+        for w in list(self.workers):
+            if w is None:
+                continue
+            try:
+                item = w.in_flight()
+                if item is not None:
+                    out[w.proc.pid] = ("gold", w.tasks[item[1]].preds[0][0]) if item[0] == "gold" else ("pred", item[2])
+            except (IndexError, KeyError, RuntimeError):  # read while the parent updates it
+                continue
+        return out
+
+    def run(self, tasks: list[_Task], on_gold, on_pred) -> int:
+        """Run every task, calling on_gold(task, status, error) and on_pred(index, Score); returns deaths."""
+        from multiprocessing.connection import wait
+        with self.lock:
+            queue, deaths = deque(tasks), 0
+            while queue or any(w is not None and w.busy for w in self.workers):
+                for i, w in enumerate(self.workers):
+                    if w is None and queue:  # a slot emptied by a kill: refilled when there is work for it
+                        w = self.workers[i] = _Worker(self.ctx)
+                    while w is not None and queue and len(w.tasks) < QUEUE_DEPTH:
+                        w.assign(queue.popleft())
+                busy = [w for w in self.workers if w is not None and w.busy]
+                now = time.monotonic()
+                # wake up in time for the nearest hard deadline
+                nap = min([0.5] + [-w.overrun(now) for w in busy if w.clock[0]])
+                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=max(nap, 0.005))
+                for w in busy:
+                    dead = not w.proc.is_alive()  # checked before draining: nothing sent after it is missed
+                    dead = not self._drain(w, on_gold, on_pred) or dead
+                    if not w.busy:
+                        continue
+                    backstop = 2 * max(t.timeout_s for t in w.tasks.values()) + 5
+                    status = "error"
+                    if dead:
+                        reason = "worker died"
+                    elif w.overrun(time.monotonic()) > 0:
+                        limit = w.clock[1]
+                        w.proc.kill()
+                        w.proc.join(timeout=5)
+                        status, reason = "timeout", (f"timeout: still running at the hard deadline ({limit:g} s), "
+                                                     "so the worker was stopped (a compile or one function call "
+                                                     "that SQLite cannot interrupt)")
+                    elif time.monotonic() - w.last_seen > backstop:
+                        w.proc.kill()
+                        w.proc.join(timeout=5)
+                        reason = f"worker killed: no answer within {backstop:g} s"
+                    else:
+                        continue
+                    deaths += 1
+                    queue.extendleft(reversed(self._salvage(w, status, reason, on_gold, on_pred)))
+                    w.conn.close()
+                    self.workers[self.workers.index(w)] = None  # replaced lazily: the answer is not held up
+            return deaths
+
+    @staticmethod
+    def _drain(w: _Worker, on_gold, on_pred) -> bool:
+        """Handle every batch waiting from `w`; False when its pipe is closed (worker gone)."""
+        while w.busy:
+            try:
+                if not w.conn.poll():
+                    return True
+                batch = w.conn.recv()
+            except (EOFError, OSError, pickle.UnpicklingError):  # closed, or a message cut short by the death
+                return False
+            w.last_seen = time.monotonic()
+            for msg in batch:
+                task = w.tasks[w.pending[0][1]]
+                if msg[0] == "gold":
+                    w.gold[msg[1]] = (msg[2], msg[3])
+                    on_gold(task, msg[2], msg[3])
+                else:
+                    on_pred(msg[1], msg[2])
+                w.answer()
+        return True
+
+    @staticmethod
+    def _salvage(w: _Worker, status: str, reason: str, on_gold, on_pred) -> list[_Task]:
+        """Mark the in-flight item failed (`status`: error for a death, timeout for a hard stop);
+        return what is left of the worker's tasks for others (answers it computed but had not sent
+        yet are simply run again)."""
+        item = w.in_flight()
+        if item is not None and item[0] == "gold":  # died on the gold: the group scores 0, preds still run
+            w.gold[item[1]] = (status, f"{reason} while executing the gold SQL")
+            on_gold(w.tasks[item[1]], *w.gold[item[1]])
+        elif item is not None:
+            on_pred(item[2], Score(False, status, reason, *w.gold.get(item[1], ("ok", ""))))
+        left: dict[int, set[int]] = {}
+        for it in w.pending:
+            if it[0] == "pred" and it != item:
+                left.setdefault(it[1], set()).add(it[2])
+        rest = []
+        for seq, indexes in left.items():
+            task, known = w.tasks[seq], w.gold.get(seq)  # a failed gold stays failed; one that ran fine runs again
+            rest.append(_Task(**{**task.__dict__, "preds": [p for p in task.preds if p[0] in indexes],
+                                 "gold_known": known if known and known[0] != "ok" else None}))
+        w.tasks.clear()
+        w.pending.clear()
+        return rest
+
+    def shutdown(self) -> None:
+        for w in self.workers:
+            if w is not None:
+                w.stop()
+        self.workers = []
+
+
+_POOL: _Pool | None = None  # score_batch's workers
+_SINGLE: _Pool | None = None  # execute()'s worker, apart so a batch's pool size never thrashes it
+_SINGLE_LOCK = threading.Lock()
+
+
+def shared_pool(n_workers: int) -> _Pool:
+    """The process-wide worker pool, kept between calls so connections and gold caches stay warm."""
+    global _POOL
+    if _POOL is None or len(_POOL.workers) != n_workers:
+        shutdown_pool()
+        _POOL = _Pool(n_workers)
+    return _POOL
+
+
+def shutdown_pool() -> None:
+    global _POOL, _SINGLE
+    for pool in (_POOL, _SINGLE):
+        if pool is not None:
+            pool.shutdown()
+    _POOL = _SINGLE = None
+
+
+def single_pool() -> _Pool:
+    """execute()'s one-worker pool, created on first use."""
+    global _SINGLE
+    with _SINGLE_LOCK:
+        if _SINGLE is None:
+            _SINGLE = _Pool(1)
+        return _SINGLE
+
+
+def drop_single(pool: _Pool) -> None:
+    """Shut down execute()'s pool after an interrupted call (it may hold a half-sent task)."""
+    global _SINGLE
+    with _SINGLE_LOCK:
+        if _SINGLE is pool:
+            pool.shutdown()
+            _SINGLE = None
+
+
+atexit.register(shutdown_pool)
