@@ -71,6 +71,18 @@ def test_digest_sees_a_changed_row(tmp_path):
     assert [k for k in got if got[k] != again[k]] == ["dev/dev_databases/music/music.sqlite"]
 
 
+def test_package_runs_as_a_command(tmp_path):
+    """`python -m acesql_lib.tinyworld` (data/README.md) still builds a world from the package."""
+    import os
+    import subprocess
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-m", "acesql_lib.tinyworld", "--out", str(tmp_path / "cli"),
+                           "--n-train", "6", "--n-dev", "3"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "6 train" in done.stdout and json.loads((tmp_path / "cli" / "manifest.json").read_text())["n_dev"] == 3
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     import tempfile
     with tempfile.TemporaryDirectory() as tmp:
