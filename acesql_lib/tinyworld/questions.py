@@ -23,10 +23,7 @@ STYLES = {  # SynSQL question styles; each wraps the noun phrase a template buil
     "Descriptive": ("I would like to know {np}, based on the records in the {db} database.",),
     "Concise": ("{NP}?",),
 }
-# UNKNOWN: share of training questions that carry evidence (SynSQL's `external_knowledge`). BIRD dev
-
 MAX_RESULT_ROWS = 50  # prefer small, well-defined gold results
-
 
 
 def _rows(con: sqlite3.Connection, sql: str) -> list[tuple] | None:

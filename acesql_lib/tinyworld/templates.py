@@ -9,16 +9,15 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..schema import quote_identifier as qi
-from .route_model import Attr, Recorder, Route, expr, from_clause, attributes
+from .route_model import Attr, Recorder, Route, attributes, expr, from_clause
 from .specs import Col, DbSpec, Table, readable_name
 
 MULTI_ROUTE_WEIGHT = 6  # UNKNOWN: attributes with several routes are drawn this much more often
 
 
-
 @dataclass
 class Cand:
-    base: int  # index into LEVELS before joins are counted
+    base: int  # index into questions.LEVELS before joins are counted
     np: str  # the noun phrase the question style wraps
     attrs: list[Attr]
     render: Callable[[Recorder, tuple[int, ...]], str | None]

@@ -29,10 +29,9 @@ KIND = "acesql-tinyworld"
 
 # UNKNOWN mapping (BIRD labels difficulty by hand): nested queries are "challenging".
 BIRD_DIFFICULTY = {"Simple": "simple", "Moderate": "moderate", "Complex": "moderate", "Highly Complex": "challenging"}
-
+# UNKNOWN: share of training questions that carry evidence (SynSQL's `external_knowledge`). BIRD dev
 # questions all do; a pool without any left the tiny base model unable to read an evidence line.
 TRAIN_EVIDENCE_SHARE = 0.5
-
 
 
 @dataclass(frozen=True)
