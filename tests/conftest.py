@@ -8,3 +8,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "real"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """An explicit vLLM opt-out (tests/test_vllm_parity.py) is said out loud, not hidden in `-q`'s count."""
+    reason = os.environ.get("ACESQL_SKIP_VLLM", "").strip()
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "ACESQL_SKIP_VLLM" in str(r.longrepr)]
+    if reason not in ("", "0") and skipped:
+        terminalreporter.write_line(f"ACESQL_SKIP_VLLM={reason!r}: {len(skipped)} vLLM parity test(s) skipped on "
+                                    "request; the weight sync between trainer and vLLM was not checked")

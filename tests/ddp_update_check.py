@@ -9,11 +9,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from rl_fixture import rl_overrides  # noqa: E402
-
-from acesql_lib.context import RunContext  # noqa: E402
-from acesql_lib.grpo import build_trainer  # noqa: E402
+from acesql_lib.context import RunContext
+from acesql_lib.grpo import build_trainer
+from acesql_lib.rl_fixture import rl_overrides
 
 
 def main(mode: str) -> None:

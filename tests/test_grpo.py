@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
-from rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,6 +1,9 @@
-"""A small, real RL run folder for the GRPO tests: tiny world questions, a briefly trained tiny
-policy (so outputs are well formed and rewards vary), an initial pool and the RL question set,
-laid out exactly as notebooks 02-03 write them. Not a test module (no test_ prefix)."""
+"""A small, real RL run folder: tiny world questions, a briefly trained tiny policy (so outputs are
+well formed and rewards vary), an initial pool and the RL question set, laid out exactly as
+notebooks 02-03 write them; and the overrides that make a GRPO step take seconds on CPU.
+
+One builder for the GRPO tests (tests/test_grpo.py, tests/ddp_update_check.py) and the GRPO
+benchmark (benchmarks/grpo_bench.py), so both measure the same run."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,16 +12,17 @@ from pathlib import Path
 
 import torch
 
-from acesql_lib.config import SFTConfig
-from acesql_lib.datasets import load_synsql, schemas_for
-from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
-from acesql_lib.pool import ColumnSetPool
-from acesql_lib.sft import train_sft
-from acesql_lib.sqlcolumns import column_set
-from acesql_lib.tinybase import gold_samples
-from acesql_lib.tinyworld import build_tinyworld, world_text
+from .config import SFTConfig
+from .datasets import load_synsql, schemas_for
+from .models import build_tiny_model, save_tiny, train_tiny_tokenizer
+from .pool import ColumnSetPool
+from .sft import train_sft
+from .sqlcolumns import column_set
+from .tinybase import gold_samples
+from .tinyworld import build_tinyworld, world_text
 
-N_TRAIN, N_VAL = 8, 2
+N_TRAIN, N_VAL = 8, 2  # RL training and validation questions
+
 
 # Overrides that make a GRPO step take seconds on CPU; every test run uses them.
 def rl_overrides(run_dir: Path, **extra) -> dict:
