@@ -229,3 +229,24 @@ def test_spider_syn_record_without_its_question_is_reported_and_skipped(tmp_path
     path.write_text("{}")
     with pytest.raises(DatasetError, match="dev.json"):
         load_spider_syn(tmp_path, check_db=False)
+
+
+def test_tables_1_and_3_get_a_row_for_every_paper_set_the_rehearsal_evaluates(tmp_path):
+    """Notebook 05 evaluates every eval.sets entry; with the paper's six, Table 1 and the robustness table
+    (Table 3) both get this run's numbers, none 'not run'."""
+    from acesql_lib.reports import ReportDirs, ReportInputs, build_tables
+
+    cfg = load_config("rehearsal")
+    ex = {s.name: 10.0 + i for i, s in enumerate(cfg.eval.sets)}
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    stages = {st: {name: {"ex": v, "n": 8} for name, v in ex.items()} for st in ("base", "sft", "rl")}
+    (metrics / "05_evaluation.json").write_text(json.dumps({"stages": stages}))
+    dirs = ReportDirs(metrics, tmp_path / "run", tmp_path / "tables", tmp_path / "figures")
+    tables = {t.name: t for t in build_tables(cfg, ReportInputs(dirs.metrics, dirs.run))}
+    robust = tables["table3_robustness"].rows[-1]
+    assert robust[-3:] == [f"{ex['spider_dk']:.1f}", f"{ex['spider_syn']:.1f}", f"{ex['spider_realistic']:.1f}"]
+    main = tables["table1_main"]
+    row = main.rows[-1]
+    for name, label in (("bird_dev", "BIRD dev"), ("spider_dev", "Spider dev"), ("spider_test", "Spider test")):
+        assert row[main.columns.index(label)] == f"{ex[name]:.1f}"
