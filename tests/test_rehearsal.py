@@ -3,6 +3,7 @@ the official layouts written from the tiny world; every paper evaluation set loa
 from __future__ import annotations
 
 import fnmatch
+import shutil
 import json
 from pathlib import Path
 
@@ -250,3 +251,40 @@ def test_tables_1_and_3_get_a_row_for_every_paper_set_the_rehearsal_evaluates(tm
     row = main.rows[-1]
     for name, label in (("bird_dev", "BIRD dev"), ("spider_dev", "Spider dev"), ("spider_test", "Spider test")):
         assert row[main.columns.index(label)] == f"{ex[name]:.1f}"
+
+
+def _zip(path: Path, files: dict[str, Path | str]) -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as z:
+        for name, src in files.items():
+            if isinstance(src, Path):
+                z.write(src, name)
+            else:
+                z.writestr(name, src)
+    return path
+
+
+def test_robustness_downloads_unpack_the_repository_archives(tmp_path, monkeypatch, layouts):
+    """The helpers on local archives shaped like GitHub's (a top folder), as a GPU user gets them."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    _, roots, _ = layouts
+    dk_zip = _zip(tmp_path / "dk.zip", {
+        "Spider-DK-main/Spider-DK.json": DK / "Spider-DK.json", "Spider-DK-main/tables.json": DK / "tables.json",
+        **{f"Spider-DK-main/database/{db}/{db}.sqlite": DK / "database" / db / f"{db}.sqlite"
+           for db in ("new_concert_singer", "new_pets_1", "new_orchestra")}})
+    spider = tmp_path / "spider"
+    shutil.copytree(roots.spider / "database", spider / "database")
+    rows = json.loads((DK / "Spider-DK.json").read_text()) + [
+        {"type": 0, "db_id": "retail", "query": "SELECT 1", "question": "one?"}]  # a db from Spider's folder
+    dest = download_spider_dk(tmp_path / "spider_dk", spider, url=dk_zip.as_uri())
+    (dest / "Spider-DK.json").write_text(json.dumps(rows))
+    dk = load_spider_dk(dest)  # every database present: Spider-DK's own and Spider's, linked in
+    assert len(dk) == 128 and Path(dk.examples[-1].db_path).is_file()
+
+    syn_zip = _zip(tmp_path / "syn.zip", {"Spider-Syn-main/Spider-Syn/dev.json": roots.spider_syn / "dev.json",
+                                          "Spider-Syn-main/README.md": "x"})
+    syn = download_spider_syn(tmp_path / "syn", url=syn_zip.as_uri())
+    assert len(load_spider_syn(syn, spider / "database")) == 10
+    real = download_spider_realistic(tmp_path / "real", url=(roots.spider_realistic / "spider-realistic.json").as_uri())
+    assert len(load_spider_realistic(real, spider / "database")) == 10
