@@ -6,8 +6,8 @@ PROFILE ?= tiny
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-# The tiny profile never touches a model or dataset hub.
-ifeq ($(PROFILE),tiny)
+# The tiny and rehearsal profiles never touch a model or dataset hub.
+ifneq ($(filter $(PROFILE),tiny rehearsal),)
 export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 endif

@@ -38,7 +38,12 @@ class DataConfig:
     seed: int = 0  # seed for every sampled choice in data preparation
     synsql_dir: str = "data/synsql"  # SynSQL-2.5M layout: data.json + databases/<db_id>/<db_id>.sqlite (§7)
     bird_dev_dir: str = "data/bird/dev_20240627"  # BIRD dev layout: dev.json, dev_tables.json, dev_databases/ (§7)
-    spider_dir: str = "data/spider"  # Spider layout: dev.json, tables.json, database/ (§7)
+    spider_dir: str = "data/spider"  # Spider layout: dev.json, test.json, tables.json, test_tables.json, database/, test_database/ (§7)
+    spider_dk_dir: str = "data/spider_dk"  # Spider-DK layout: Spider-DK.json, its own tables.json, database/ (§7)
+    spider_syn_dir: str = "data/spider_syn"  # Spider-Syn layout: dev.json (SpiderSynQuestion); Spider's databases (§7)
+    spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic: spider-realistic.json; Spider's databases (§7)
+    layouts_from: str = ""  # "" = the downloaded releases (paper); "tinyworld" = write every layout above from the tiny world (rehearsal)
+    layouts_real_spider_dk: str = ""  # with layouts_from: a real Spider-DK folder (Spider-DK.json, tables.json, database/) merged into the Spider-DK layout
     max_train_examples: int = 0  # 0 = all; a cap for quick runs
     n_example_values: int = 2  # §2: up to 2 sampled distinct non-null values per column
     example_max_chars: int = 40  # §2: example strings cut to 40 characters
@@ -67,6 +72,7 @@ class DataConfig:
                f"must be 'ours' or 'authors', got {self.stage1_source!r}")
         _check(self.stage1_source == "ours" or self.world == "synsql", "data.stage1_source",
                "'authors' needs data.world 'synsql' (their questions are on SynSQL databases)")
+        _check(self.layouts_from in ("", "tinyworld"), "data.layouts_from", f"must be '' or 'tinyworld', got {self.layouts_from!r}")
 
 
 @dataclass
@@ -134,7 +140,7 @@ class ModelConfig:
 
 @dataclass
 class EngineConfig:
-    kind: str = "vllm"  # §4.11 vLLM rollouts; "hf" uses transformers generate
+    kind: str = "vllm"  # §4.11 vLLM rollouts; "hf" uses transformers generate; "auto" = vllm when importable, else hf
     gpu_memory_utilization: float = 0.4  # colocated with training
     tensor_parallel_size: int = 1
     enable_thinking: bool = True  # §2: thinking on
@@ -142,7 +148,7 @@ class EngineConfig:
     hf_batch_size: int = 64  # prompts per HF generate call
 
     def __post_init__(self) -> None:
-        _check(self.kind in ("vllm", "hf"), "engine.kind", f"must be 'vllm' or 'hf', got {self.kind!r}")
+        _check(self.kind in ("vllm", "hf", "auto"), "engine.kind", f"must be 'vllm', 'hf' or 'auto', got {self.kind!r}")
         _check(0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]")
 
 
@@ -282,6 +288,7 @@ class EvalSet:
     path: str = ""  # questions file (dev.json)
     tables: str = ""  # tables.json
     db_root: str = ""  # folder with <db_id>/<db_id>.sqlite
+    question_field: str = ""  # "" = the format's own ("question"); Spider-Syn asks "SpiderSynQuestion" (§5)
 
     def __post_init__(self) -> None:
         _check(self.format in ("bird", "spider"), f"eval.sets[{self.name}].format", "must be bird or spider")
@@ -293,7 +300,15 @@ class EvalConfig:
         EvalSet("bird_dev", "bird", "data/bird/dev_20240627/dev.json", "data/bird/dev_20240627/dev_tables.json",
                 "data/bird/dev_20240627/dev_databases"),
         EvalSet("spider_dev", "spider", "data/spider/dev.json", "data/spider/tables.json", "data/spider/database"),
-    ])  # §5
+        EvalSet("spider_test", "spider", "data/spider/test.json", "data/spider/test_tables.json",
+                "data/spider/test_database"),
+        EvalSet("spider_dk", "spider", "data/spider_dk/Spider-DK.json", "data/spider_dk/tables.json",
+                "data/spider_dk/database"),
+        EvalSet("spider_syn", "spider", "data/spider_syn/dev.json", "data/spider/tables.json", "data/spider/database",
+                "SpiderSynQuestion"),
+        EvalSet("spider_realistic", "spider", "data/spider_realistic/spider-realistic.json", "data/spider/tables.json",
+                "data/spider/database"),
+    ])  # §5: Table 1 (BIRD dev, Spider dev/test) and Table 3 (Spider-DK/Syn/Realistic)
     max_new_tokens: int = 2048  # §4.11 max response per role
     exec_timeout_s: float = 30.0
     max_examples: int = 0  # 0 = whole set
@@ -475,17 +490,41 @@ def profile_path(profile: str) -> Path:
     return CONFIG_DIR / f"{profile}.yaml"
 
 
-def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
-    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
-    path = profile_path(profile)
-    if not path.exists():
-        raise ConfigError(f"{path}: profile not found (profiles: {', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
+def _read_profile(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: top level must be a mapping")
+    return raw
+
+
+def _inherited(raw: dict[str, Any], path: Path, chain: list[Path]) -> dict[str, Any]:
+    """`inherits: paper` (a profile name or YAML path): that profile's keys, then this file's on top.
+    Mappings merge key by key; a list (eval.sets) is replaced whole."""
+    base = raw.pop("inherits", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{path}: inherits: expected a profile name, got {base!r}")
+    base_path = profile_path(base)
+    if not base_path.exists():
+        raise ConfigError(f"{path}: inherits {base!r}: profile not found at {base_path}")
+    if base_path.resolve() in [p.resolve() for p in chain]:
+        raise ConfigError(f"{path}: inherits {base!r}: circular ({' -> '.join(str(p) for p in chain + [base_path])})")
+    parent = _inherited(_read_profile(base_path), base_path, chain + [base_path])
+    parent.pop("profile", None)
+    return _merge(parent, raw)
+
+
+def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
+    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
+    path = profile_path(profile)
+    if not path.exists():
+        raise ConfigError(f"{path}: profile not found (profiles: {', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
+    raw = _read_profile(path)
+    raw = _inherited(raw, path, [path])
     raw.setdefault("profile", path.stem)
     cfg = _build(Config, raw, "", str(path))
     if overrides:
@@ -494,10 +533,23 @@ def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) 
     return _with_world_paths(cfg)
 
 
+DATA_ROOTS = ("tinyworld_dir", "synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir",
+              "spider_realistic_dir")
+
+
 def _with_world_paths(cfg: Config) -> Config:
-    """Eval-set paths may start with `{tinyworld_dir}`: the tiny world's folder (data.tinyworld_dir)."""
+    """Eval-set paths may start with a data root in braces: `{tinyworld_dir}`, `{spider_dir}`, ... (data.<root>),
+    so a profile that moves the data (rehearsal) changes the roots, not the sets; `engine.kind: auto` is resolved."""
     def sub(text: str) -> str:
-        return text.replace("{tinyworld_dir}", cfg.data.tinyworld_dir)
+        for root in DATA_ROOTS:
+            text = text.replace("{" + root + "}", getattr(cfg.data, root))
+        return text
 
     sets = [dataclasses.replace(s, path=sub(s.path), tables=sub(s.tables), db_root=sub(s.db_root)) for s in cfg.eval.sets]
-    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sets=sets))
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sets=sets))
+    if cfg.engine.kind == "auto":
+        import importlib.util
+
+        kind = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+        cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, kind=kind))
+    return cfg

@@ -375,9 +375,11 @@ def eval_examples(eval_set: Any, check_db: bool = True) -> LoadResult:
     root = Path(__file__).resolve().parent.parent
     path, db_root = (p if Path(p).is_absolute() else root / p for p in (eval_set.path, eval_set.db_root))
     if not Path(path).exists():
-        hint = "download_bird_dev" if eval_set.format == "bird" else "download_spider"
+        hint = EVAL_DOWNLOADS.get(eval_set.name, "download_bird_dev" if eval_set.format == "bird" else "download_spider")
         raise FileNotFoundError(f"{path}: evaluation set {eval_set.name!r} not found; run notebook 00 (tiny profile) "
                                 f"or acesql_lib.datasets.{hint}(...) on a machine with internet")
+    if getattr(eval_set, "question_field", ""):
+        return load_spider_variant(path, db_root, check_db=check_db, question_field=eval_set.question_field)
     loader = load_bird if eval_set.format == "bird" else load_spider
     tables = (Path(eval_set.tables) if Path(eval_set.tables).is_absolute() else root / eval_set.tables) \
         if getattr(eval_set, "tables", "") else None
@@ -419,3 +421,100 @@ def train_db_root(cfg: Any, paths: Any) -> Path:
         return TinyWorld(Path(paths.tinyworld)).train_db_root
     root = Path(cfg.data.synsql_dir)
     return (root if root.is_absolute() else Path(__file__).resolve().parent.parent / root) / "databases"
+
+
+# ---------------------------------------------------------------------------------------------
+# The robustness sets (§5, Table 3) and Spider test: loaders and downloads
+
+# eval set name -> the download helper that fetches it (named in "not found" errors)
+EVAL_DOWNLOADS = {"bird_dev": "download_bird_dev", "spider_dev": "download_spider", "spider_test": "download_spider",
+                  "spider_dk": "download_spider_dk", "spider_syn": "download_spider_syn",
+                  "spider_realistic": "download_spider_realistic"}
+SPIDER_DK_URL = "https://github.com/ygan/Spider-DK/archive/HEAD.zip"
+SPIDER_SYN_URL = "https://github.com/ygan/Spider-Syn/archive/HEAD.zip"
+SPIDER_REALISTIC_URL = "https://zenodo.org/records/5205322/files/spider-realistic.json?download=1"
+
+
+def load_spider_variant(path: str | Path, db_root: str | Path | None = None, check_db: bool = True,
+                        question_field: str = "question") -> LoadResult:
+    """A Spider-format file whose question is in another field: Spider-Syn's dev.json asks
+    `SpiderSynQuestion` (its `SpiderQuestion` is the original wording); db_id and query as in Spider."""
+    spec = {"db_id": (True, _STR), question_field: (True, _STR), "query": (True, _STR)}
+    return _load(path, db_root, check_db, spec, "spider", lambda i, r, p: Example(
+        str(i), r["db_id"], r[question_field], "", r["query"], "", "", "spider", p))
+
+
+def load_spider_test(spider_dir: str | Path, check_db: bool = True) -> LoadResult:
+    """Spider test (test.json; databases under test_database/, schemas in test_tables.json)."""
+    root = Path(spider_dir)
+    return load_spider(root / "test.json", root / "test_database", check_db=check_db)
+
+
+def load_spider_dk(dk_dir: str | Path, check_db: bool = True) -> LoadResult:
+    """Spider-DK.json (type, db_id, query, question); database/ is Spider's merged with Spider-DK's own."""
+    root = Path(dk_dir)
+    return load_spider(root / "Spider-DK.json", root / "database", check_db=check_db)
+
+
+def load_spider_syn(syn_dir: str | Path, spider_db_root: str | Path | None = None, check_db: bool = True) -> LoadResult:
+    """Spider-Syn dev.json; the question asked is SpiderSynQuestion; databases are Spider's."""
+    return load_spider_variant(Path(syn_dir) / "dev.json", spider_db_root, check_db, "SpiderSynQuestion")
+
+
+def load_spider_realistic(realistic_dir: str | Path, spider_db_root: str | Path | None = None,
+                          check_db: bool = True) -> LoadResult:
+    """spider-realistic.json (Spider fields); databases are Spider's."""
+    return load_spider(Path(realistic_dir) / "spider-realistic.json", spider_db_root, check_db=check_db)
+
+
+def _fetch_file(url: str, path: Path) -> None:
+    with urllib.request.urlopen(url) as response, path.open("wb") as out:  # noqa: S310 (https URL constants)
+        shutil.copyfileobj(response, out)
+
+
+def _merge_databases(src_root: Path, dest_root: Path) -> int:
+    """Link every <db>/ of src_root (Spider's database/) into dest_root unless dest has it; returns how many."""
+    if not src_root.is_dir():
+        raise FileNotFoundError(f"{src_root}: Spider's database/ folder not found; download Spider first "
+                                "(acesql_lib.datasets.download_spider)")
+    dest_root.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for db in sorted(p for p in src_root.iterdir() if p.is_dir()):
+        if not (dest_root / db.name).exists():
+            (dest_root / db.name).symlink_to(db.resolve(), target_is_directory=True)
+            n += 1
+    return n
+
+
+def download_spider_dk(dest: str | Path, spider_dir: str | Path, force: bool = False, url: str = SPIDER_DK_URL) -> Path:
+    """Spider-DK (ygan/Spider-DK) into dest; Spider's databases are linked into dest/database (its README)."""
+    layout = ("  Spider-DK.json\n  tables.json   (Spider-DK's own; replaces Spider's)\n"
+              "  database/<db_id>/<db_id>.sqlite   (Spider's database/ merged with Spider-DK's database/)")
+    dest, done = _prepare(dest, f"Spider-DK ({url})", layout, ["Spider-DK.json", "tables.json", "database"], force)
+    if not done:
+        _fetch_zip(url, dest)
+        _hoist(dest, "Spider-DK.json")
+        _merge_databases(Path(spider_dir) / "database", dest / "database")
+    return dest
+
+
+def download_spider_syn(dest: str | Path, force: bool = False, url: str = SPIDER_SYN_URL) -> Path:
+    """Spider-Syn (ygan/Spider-Syn): Spider-Syn/dev.json into dest/dev.json; it uses Spider's databases."""
+    dest, done = _prepare(dest, f"Spider-Syn ({url})",
+                          "  dev.json   (Spider-Syn/dev.json: db_id, SpiderQuestion, SpiderSynQuestion, query)",
+                          ["dev.json"], force)
+    if not done:
+        _fetch_zip(url, dest)
+        found = sorted(dest.rglob("Spider-Syn/dev.json"), key=lambda p: len(p.parts))
+        if not found:
+            raise DatasetError(f"{dest}: the downloaded archive holds no Spider-Syn/dev.json")
+        shutil.copyfile(found[0], dest / "dev.json")
+    return dest
+
+
+def download_spider_realistic(dest: str | Path, force: bool = False, url: str = SPIDER_REALISTIC_URL) -> Path:
+    """Spider-Realistic (Zenodo record 5205322): spider-realistic.json into dest; it uses Spider's databases."""
+    dest, done = _prepare(dest, f"Spider-Realistic ({url})", "  spider-realistic.json", ["spider-realistic.json"], force)
+    if not done:
+        _fetch_file(url, dest / "spider-realistic.json")
+    return dest

