@@ -38,6 +38,7 @@ from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool
 from .rewards import LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, retriever_reward
 from .rollouts import QuestionRollout, Task, rollout
+from .tracking import open_tracker
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,7 +347,10 @@ class JointGRPO:
         self.out.mkdir(parents=True, exist_ok=True)
         log = self.out / "metrics.jsonl"
         previous = _install_sigterm(self)
-        bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", disable=not self.progress)
+        bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress)
+        # the JSONL's metrics, same names, also to grpo.report_to's tracker (events under <run>/runs/)
+        tracker = open_tracker(self.g.report_to if self.acc.is_main_process else "none", self.out / "runs",
+                               run_name=self.out.name, setting="grpo.report_to")
         # The starting point of the validation curve, before any update; logged with step 1 as
         # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
         start = self.validate() if self.val_tasks and self.state.step == 0 else {}
@@ -361,6 +365,7 @@ class JointGRPO:
                 if self.acc.is_main_process:
                     with log.open("a") as f:
                         f.write(json.dumps(m) + "\n")
+                    tracker.log(m, report.step)
                 bar.update(1)
                 bar.set_postfix({"r_ret": f"{m['reward/retriever']:.2f}", "r_gen": f"{m['reward/generator']:.2f}"})
                 if on_step:
@@ -371,6 +376,7 @@ class JointGRPO:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
             bar.close()
+            tracker.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         final = self.out / "final"
