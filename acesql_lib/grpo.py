@@ -38,6 +38,7 @@ from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool
 from .rewards import LengthPenalty, dense_retriever_reward, generator_reward, group_advantages, retriever_reward
 from .rollouts import QuestionRollout, Task, rollout
+from .timing import as_metrics, since, totals
 from .tracking import open_tracker
 
 
@@ -356,8 +357,10 @@ class JointGRPO:
         start = self.validate() if self.val_tasks and self.state.step == 0 else {}
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
+                phases_before = totals()
                 report = self.step()
                 m = report.metrics
+                m.update(as_metrics(since(phases_before)))  # time/generation_s, time/execution_s of this step
                 m.update({f"{k}_start": v for k, v in start.items()})
                 start = {}
                 if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):

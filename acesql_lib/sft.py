@@ -260,12 +260,14 @@ def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sample
 def make_trainer(model, tokenizer, rows, cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None,
                  seed: int = 0, group_by_length: bool = False, completion_only: bool = True,
                  callbacks: Sequence[TrainerCallback] = (), desc: str = "sft"):
-    """The kit's SFTTrainer on checked `rows`: TRL tokenises them once here; the progress bar is named `desc`."""
+    """The kit's SFTTrainer on checked `rows`: TRL tokenises them once here (a `datasets.Dataset` that
+    another trainer has already tokenised, its `train_dataset`, is used as is); the bar is named `desc`."""
     from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
     args = trl_config(cfg, output_dir, max_steps, seed, group_by_length, completion_only)
-    trainer = _trainer_class()(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+    data = rows if isinstance(rows, Dataset) else Dataset.from_list(rows)
+    trainer = _trainer_class()(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                                callbacks=list(callbacks))
     trainer.length_split, trainer.completion_head = cfg.length_split, cfg.completion_head
     trainer.remove_callback(ProgressCallback)
