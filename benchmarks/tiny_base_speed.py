@@ -9,7 +9,7 @@ in rounds (A B C, A B C, ...) so a load change on a shared machine hits all of t
 Also reports the padding share of the batches (how much of a padded batch is pad) and the time
 TRL spends preparing (tokenising) the data, which the variants then share.
 
-    python benchmarks/tiny_base_speed.py --steps 20 --variants 1,0 1,1 4,1 8,1
+    python benchmarks/tiny_base_speed.py --steps 4 --rounds 4 --variants 1,0 1,1 2,1 4,1 8,1 4,1,1
     -> reports/benchmarks/tiny_base_speed.json
 """
 from __future__ import annotations
@@ -37,8 +37,9 @@ from acesql_lib.tinybase import base_sft_config, base_training_data  # noqa: E40
 from acesql_lib.tinyworld import build_tinyworld  # noqa: E402
 
 
-def run_variant(cfg, data, tokenizer, split: int, head: bool, steps: int, out: Path) -> dict:
+def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, steps: int, out: Path) -> dict:
     """`steps` optimizer steps from the seed's fresh model on the already tokenised `data`."""
+    torch.set_num_threads(threads)
     m = cfg.model
     torch.manual_seed(cfg.seed)
     model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
@@ -57,7 +58,7 @@ def run_variant(cfg, data, tokenizer, split: int, head: bool, steps: int, out: P
         batches.append(batch)
     whole, cut = padding_share(batches, 1), padding_share(batches, split)
     losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-    return {"split": split, "completion_head": head, "steps": trainer.state.global_step,
+    return {"split": split, "completion_head": head, "threads": threads, "steps": trainer.state.global_step,
             "train_seconds": round(seconds, 2), "seconds_per_step": round(seconds / max(steps, 1), 3),
             "real_tokens_per_s": round(whole["real_tokens"] / seconds),
             "pad_share_whole_batch": round(whole["pad_share"], 3), "pad_share_after_split": round(cut["pad_share"], 3),
@@ -69,14 +70,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--variants", nargs="+", default=["1,0", "1,1", "4,1", "8,1"],
-                    help="SPLIT,HEAD pairs: sft.length_split and sft.completion_head (0/1); the first is the baseline")
+                    help="SPLIT,HEAD[,THREADS]: sft.length_split, sft.completion_head (0/1) and torch threads "
+                         "(default: as started); the first is the baseline")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads for the whole run; 0 = as is")
     ap.add_argument("--out", default="reports/benchmarks/tiny_base_speed.json")
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    variants = [(int(a), bool(int(b))) for a, b in (v.split(",") for v in args.variants)]
+    default_threads = torch.get_num_threads()
+    variants = [(int(p[0]), bool(int(p[1])), int(p[2]) if len(p) > 2 else default_threads)
+                for p in (v.split(",") for v in args.variants)]
     ctx = RunContext.create(args.profile, {})
     cfg, paths = ctx.cfg, ctx.paths
     world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
@@ -91,15 +92,16 @@ def main(argv=None) -> dict:
     data = first.train_dataset
     runs, load_start = [], os.getloadavg()[0]
     for r in range(args.rounds):
-        for split, head in variants:
-            row = run_variant(cfg, data, tokenizer, split, head, args.steps, work / f"s{split}_h{int(head)}")
+        for split, head, threads in variants:
+            row = run_variant(cfg, data, tokenizer, split, head, threads, args.steps,
+                              work / f"s{split}_h{int(head)}_t{threads}")
             row["round"] = r
             runs.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
     summary = {}
-    for split, head in variants:
-        rows = [x for x in runs if x["split"] == split and x["completion_head"] == head]
-        summary[f"split{split}_head{'On' if head else 'Off'}"] = {
+    for split, head, threads in variants:
+        rows = [x for x in runs if (x["split"], x["completion_head"], x["threads"]) == (split, head, threads)]
+        summary[f"split{split}_head{'On' if head else 'Off'}_threads{threads}"] = {
             "seconds_per_step_median": statistics.median(x["seconds_per_step"] for x in rows),
             "real_tokens_per_s_median": statistics.median(x["real_tokens_per_s"] for x in rows),
             "pad_share": rows[0]["pad_share_after_split"]}
@@ -109,7 +111,7 @@ def main(argv=None) -> dict:
     base = runs[0]
     loss_gap = max((abs(a - b) for x in runs for a, b in zip(x["losses"], base["losses"])), default=0.0)
     report = {"profile": cfg.profile, "steps": args.steps, "batch_size": cfg.model.tiny_base_batch_size,
-              "samples": len(samples), "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+              "samples": len(samples), "cpu_count": os.cpu_count(),
               "load_avg_start_end": [load_start, os.getloadavg()[0]],
               "trl_prepare_seconds": round(prepare_seconds, 1), "max_loss_gap_vs_first_run": loss_gap,
               "summary": summary, "runs": runs}
