@@ -23,6 +23,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 
 
+TRACKERS = ("none", "tensorboard", "wandb", "trackio")  # experiment trackers that SFT and GRPO can report to
+
+
 class ConfigError(ValueError):
     """A profile or override that cannot be used; the message names the key and the source."""
 
@@ -193,6 +196,9 @@ class SFTConfig:
     gradient_checkpointing: bool = True
     max_steps: int = -1  # -1 = derived from epochs
     logging_steps: int = 10
+    report_to: str = "none"  # experiment tracker for the SFT runs: none, tensorboard, wandb or trackio (kit's option)
+    length_split: int = 1  # forward passes per batch, rows sorted by length (same loss, less padding; CPU speed)
+    completion_head: bool = False  # LM head on completion positions only (same loss, ~1/6 of the head's work; CPU speed)
     save_steps: int = 500
     accelerate_config: str = "configs/accelerate/zero3.yaml"  # §3.3 DeepSpeed ZeRO-3, 4 x A100
 
@@ -200,6 +206,8 @@ class SFTConfig:
         _check(self.learning_rate > 0, "sft.learning_rate", "must be > 0")
         _check(0 <= self.warmup_ratio < 1, "sft.warmup_ratio", "must be in [0, 1)")
         _check(self.per_device_batch_size > 0, "sft.per_device_batch_size", "must be > 0")
+        _check(self.report_to in TRACKERS, "sft.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
+        _check(self.length_split >= 1, "sft.length_split", "must be >= 1 (1 = the whole batch in one pass)")
 
 
 POOL_INITS = ("sft_rollouts_plus_gold", "sft_rollouts", "union", "static_gold", "authors_file")
@@ -254,6 +262,7 @@ class GRPOConfig:
     val_samples: int = 1  # UNKNOWN: generator samples per validation question (EX is their mean; more = less noise)
     save_every: int = 80  # §4.11
     keep_checkpoints: int = 3
+    report_to: str = "none"  # tracker for metrics.jsonl's metrics: none, tensorboard, wandb or trackio (kit's option)
     seed: int = 0
     accelerate_config: str = "configs/accelerate/fsdp.yaml"
 
@@ -276,6 +285,7 @@ class GRPOConfig:
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
         _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
         _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
+        _check(self.report_to in TRACKERS, "grpo.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")
         _check(self.compare_mode in ("set", "multiset", "spider"), "grpo.compare_mode", "must be set, multiset or spider")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
 from .rollouts import QuestionRollout, Task, rollout
 from .schema import Schema
+from .timing import PHASES_LOG, append_phases, totals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,13 +107,16 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
     records: list[dict[str, Any]] = []
     starts = list(range(0, len(tasks), d.shard_size))
-    for k, s in enumerate(tqdm(starts, desc="distill shards", disable=not progress)):
+    t0, phases_before = time.perf_counter(), totals()
+    bar = tqdm(total=len(tasks), desc="distillation", unit="question", disable=not progress)
+    for k, s in enumerate(starts):
         path = shard_dir / f"shard-{k:05d}.jsonl"
         chunk = tasks[s:s + d.shard_size]
         if path.exists():
             done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
             if [r["qid"] for r in done] == [t.qid for t in chunk]:
                 records.extend(done)
+                bar.update(len(chunk))
                 continue
         rolls = rollout(chunk, engine, tokenizer, n_retriever=d.n_retriever, n_generator=d.n_generator,
                         temperature=d.temperature, top_p=d.top_p, max_new_tokens=d.max_new_tokens,
@@ -122,6 +127,10 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
         tmp.replace(path)  # a shard exists whole or not at all
         records.extend(lines)
+        bar.update(len(chunk))
+    bar.close()
+    append_phases(Path(out_dir) / PHASES_LOG, "distill", phases_before, time.perf_counter() - t0,
+                  questions=len(tasks))
     return records
 
 

@@ -48,6 +48,7 @@ from .rollouts import Task, generator_prompt, retriever_prompt
 from .routes import route_share
 from .schema import Schema
 from .stats import SHARE_KEYS  # noqa: F401  (the keys written as fractions; module doc)
+from .timing import as_metrics, phase, since, totals
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
 
@@ -158,9 +159,13 @@ def _generate(engine: Engine, prompts: list[str], max_new_tokens: int, chunk: in
               progress: bool) -> list[Completion]:
     """Greedy, one sample per prompt, in engine-sized chunks so progress is visible."""
     out: list[Completion] = []
-    for start in tqdm(range(0, len(prompts), chunk), desc=desc, disable=not progress or not prompts, leave=False):
-        batch = engine.generate(prompts[start:start + chunk], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
+    bar = tqdm(total=len(prompts), desc=desc, unit="question", disable=not progress or not prompts, leave=False)
+    for start in range(0, len(prompts), chunk):
+        with phase("generation"):
+            batch = engine.generate(prompts[start:start + chunk], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
         out.extend(c[0] for c in batch)
+        bar.update(len(batch))
+    bar.close()
     return out
 
 
@@ -175,7 +180,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     missing = sorted({ex.db_id for ex in examples} - set(schemas))
     if missing:
         raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
-    start = time.perf_counter()
+    start, phases_before = time.perf_counter(), totals()
     engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
     chunk = max(1, cfg.engine.hf_batch_size)
     style, thinking, budget = cfg.model.prompt_style, cfg.engine.enable_thinking, cfg.eval.max_new_tokens
@@ -204,8 +209,9 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # 4. execute everything in one batch
     items = [(p.sql, t.example.sql, t.example.db_path) for t, p in zip(tasks, g_parse)]
     items += [(o_sql[i], tasks[i].example.sql, tasks[i].example.db_path) for i in gold_idx]
-    scores = score_batch(items, mode=mode, timeout_s=cfg.eval.exec_timeout_s, workers=cfg.eval.workers,
-                         progress=progress) if items else []
+    with phase("execution"):
+        scores = score_batch(items, mode=mode, timeout_s=cfg.eval.exec_timeout_s, workers=cfg.eval.workers,
+                             progress=progress) if items else []
     gold_correct = {i: bool(s.correct) and bool(o_sql[i]) for i, s in zip(gold_idx, scores[len(tasks):])}
 
     records = []
@@ -227,7 +233,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
             "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
         })
     metrics = {"stage": stage, "set": set_name, "mode": mode, **summarize(records),
-               "seconds": time.perf_counter() - start}
+               "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
     result = EvalResult(metrics, records)
     if out_dir is not None:
         result.out_dir = Path(out_dir)

@@ -39,6 +39,8 @@ from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
                       group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, Task, rollout
+from .timing import as_metrics, since, totals
+from .tracking import open_tracker
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,14 +358,19 @@ class JointGRPO:
         self.out.mkdir(parents=True, exist_ok=True)
         log = self.out / "metrics.jsonl"
         previous = _install_sigterm(self)
-        bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", disable=not self.progress)
+        bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress)
+        # the JSONL's metrics, same names, also to grpo.report_to's tracker (events under <run>/runs/)
+        tracker = open_tracker(self.g.report_to if self.acc.is_main_process else "none", self.out / "runs",
+                               run_name=self.out.name, setting="grpo.report_to")
         # The starting point of the validation curve, before any update; logged with step 1 as
         # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
         start = self.validate() if self.val_tasks and self.state.step == 0 else {}
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
+                phases_before = totals()
                 report = self.step()
                 m = report.metrics
+                m.update(as_metrics(since(phases_before)))  # time/generation_s, time/execution_s of this step
                 m.update({f"{k}_start": v for k, v in start.items()})
                 start = {}
                 if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
@@ -371,6 +378,7 @@ class JointGRPO:
                 if self.acc.is_main_process:
                     with log.open("a") as f:
                         f.write(json.dumps(m) + "\n")
+                    tracker.log(m, report.step)
                 bar.update(1)
                 bar.set_postfix({"r_ret": f"{m['reward/retriever']:.2f}", "r_gen": f"{m['reward/generator']:.2f}"})
                 if on_step:
@@ -381,6 +389,7 @@ class JointGRPO:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
             bar.close()
+            tracker.close()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         final = self.out / "final"

@@ -18,6 +18,7 @@ from .prompts import (GeneratorParse, RetrieverParse, generator_messages, parse_
                       question_text, retriever_messages)
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set
+from .timing import phase
 
 
 @dataclass
@@ -131,8 +132,9 @@ class QuestionRollout:
 def _sample(engine: Engine, prompts: list[str], n: int, temperature: float, top_p: float, max_new_tokens: int,
             seed: int | None) -> list[list[Completion]]:
     # Identical prompts are generated once with n samples, so engines can share the prompt prefix.
-    return engine.generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                           seed=seed)
+    with phase("generation"):
+        return engine.generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                               seed=seed)
 
 
 def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retriever: int, n_generator: int,
@@ -187,7 +189,9 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retrieve
 def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "multiset", timeout_s: float = 30.0,
                      workers: int = 0, progress: bool = False) -> None:
     items = [(p.sql, r.task.example.sql, r.task.example.db_path) for r in rollouts for p in r.generator.parses]
-    scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress) if items else []
+    with phase("execution"):
+        scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
+                             progress=progress) if items else []
     k = 0
     for r in rollouts:
         n = len(r.generator.parses)

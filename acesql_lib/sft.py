@@ -110,6 +110,99 @@ class _JsonlLog(TrainerCallback):
             self._write({"eval": metrics})
 
 
+def length_split(inputs: dict[str, Any], parts: int) -> list[dict[str, Any]]:
+    """A right-padded batch cut into `parts` row groups of similar length, each trimmed to its longest row.
+
+    Rows are sorted by length before the cut, so a group of short rows no longer carries the padding
+    of the batch's longest row. With right padding and a causal mask the real tokens never see the
+    padding, so the logits of every real token are the same as in the whole batch.
+    """
+    mask = inputs["attention_mask"]
+    n_rows = mask.shape[0]
+    lengths = mask.sum(dim=1)
+    order = torch.argsort(lengths, descending=True, stable=True)
+    groups = []
+    for rows in torch.tensor_split(order, min(parts, n_rows)):
+        width = int(lengths[rows].max())
+        groups.append({k: v[rows, :width] if torch.is_tensor(v) and v.dim() == 2 and v.shape[0] == n_rows else v
+                       for k, v in inputs.items()})
+    return groups
+
+
+def padding_share(batches: Sequence[dict[str, Any]], parts: int = 1) -> dict[str, float]:
+    """Real and padded tokens of collated batches, fed whole (`parts`=1) or cut by `length_split`."""
+    real = padded = 0
+    for batch in batches:
+        for group in length_split(batch, parts):
+            real += int(group["attention_mask"].sum())
+            padded += group["attention_mask"].numel()
+    return {"real_tokens": real, "padded_tokens": padded, "pad_share": 1 - real / padded if padded else 0.0}
+
+
+def completion_head_loss(trainer: Any, model: PreTrainedModel, inputs: dict[str, Any],
+                         num_items_in_batch: Any = None) -> torch.Tensor:
+    """The completion-only loss with the LM head applied to the completion positions only.
+
+    TRL's fused head computes the vocabulary's log-probabilities at every position and masks the
+    prompt afterwards; here the decoder's hidden states are gathered at the positions that predict
+    a completion token first, so the head and the log-softmax run on ~1/6 of the tokens. Same sum
+    of token log-probabilities, same divisor (`num_items_in_batch`, else this batch's count); TRL's
+    logged entropy, token accuracy and token count are kept.
+    """
+    labels = inputs["labels"]
+    hidden = model.get_decoder()(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
+                                 use_cache=False).last_hidden_state
+    target = labels[:, 1:]  # position t predicts token t + 1
+    keep = target.ne(-100)
+    logits = model.get_output_embeddings()(hidden[:, :-1][keep]).float()
+    logp = logits.log_softmax(dim=-1)
+    wanted = target[keep]
+    count = keep.sum() if num_items_in_batch is None else num_items_in_batch
+    loss = -logp.gather(-1, wanted[:, None]).sum() / torch.as_tensor(count).clamp(min=1)
+    with torch.no_grad():
+        n = max(int(keep.sum()), 1)
+        metrics = trainer._metrics["train" if model.training else "eval"]
+        metrics["entropy"].append(float(-(logp.exp() * logp).sum(-1).sum()) / n)
+        metrics["mean_token_accuracy"].append(float((logits.argmax(-1) == wanted).sum()) / n)
+        if model.training:
+            trainer._total_train_tokens += int(inputs["attention_mask"].sum())
+        metrics["num_tokens"] = [trainer._total_train_tokens]
+    return loss
+
+
+def _trainer_class():
+    from trl import SFTTrainer
+
+    class LengthSplitSFTTrainer(SFTTrainer):
+        """TRL's SFTTrainer whose step runs the batch as `length_split` length-sorted forward/backward passes.
+
+        Each pass is normalised by the completion tokens of the WHOLE batch (`num_items_in_batch`,
+        which the Trainer counts before the step), so the summed loss and the accumulated gradient
+        are the batch's, as one padded pass computes them; only the padding work goes. The logged
+        entropy and token accuracy become the mean over the passes. Meant for one process (CPU): under
+        DDP every pass would synchronise gradients.
+        """
+
+        length_split = 1
+        completion_head = False
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if not self.completion_head or return_outputs or hasattr(model, "peft_config") or "labels" not in inputs:
+                return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            return completion_head_loss(self, model, inputs, num_items_in_batch)
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if self.length_split <= 1 or "attention_mask" not in inputs:
+                return super().training_step(model, inputs, num_items_in_batch)
+            if num_items_in_batch is None:  # the count the Trainer makes: labels after the causal shift
+                num_items_in_batch = inputs["labels"][..., 1:].ne(-100).sum()
+            losses = [super(LengthSplitSFTTrainer, self).training_step(model, group, num_items_in_batch)
+                      for group in length_split(inputs, self.length_split)]
+            return torch.stack(losses).sum()
+
+    return LengthSplitSFTTrainer
+
+
 def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
                group_by_length: bool = False, completion_only: bool = True):
     """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA.
@@ -139,7 +232,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
         save_strategy="steps" if cfg.save_steps > 0 else "no",
         save_steps=max(cfg.save_steps, 1),
         save_total_limit=2,
-        report_to="none",
+        report_to=cfg.report_to,  # none, tensorboard (events in output_dir/runs/), wandb or trackio
         seed=seed,
         data_seed=seed,  # the data order depends on the seed only
         dataloader_num_workers=0,
@@ -151,7 +244,8 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
 def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
               cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
               eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None, eval_every: int = 0,
-              lora: LoraSpec | None = None, group_by_length: bool = False, completion_only: bool = True) -> SFTResult:
+              lora: LoraSpec | None = None, group_by_length: bool = False, completion_only: bool = True,
+              desc: str = "sft") -> SFTResult:
     """Fine-tune `model` on chat prompt/completion `samples`; the log goes to output_dir/sft_log.jsonl.
 
     `max_steps` (or cfg.max_steps > 0) bounds the run by optimizer steps; otherwise cfg.num_epochs.
@@ -160,24 +254,52 @@ def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sample
     which merges adapters). `eval_fn(model) -> metrics` runs every `eval_every` steps and at the end.
     """
     return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora,
-                  group_by_length, completion_only)[1]
+                  group_by_length, completion_only, desc)[1]
+
+
+def make_trainer(model, tokenizer, rows, cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None,
+                 seed: int = 0, group_by_length: bool = False, completion_only: bool = True,
+                 callbacks: Sequence[TrainerCallback] = (), desc: str = "sft"):
+    """The kit's SFTTrainer on checked `rows`: TRL tokenises them once here (a `datasets.Dataset` that
+    another trainer has already tokenised, its `train_dataset`, is used as is); the bar is named `desc`."""
+    from datasets import Dataset
+    from transformers.trainer_callback import ProgressCallback
+
+    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length, completion_only)
+    data = rows if isinstance(rows, Dataset) else Dataset.from_list(rows)
+    trainer = _trainer_class()(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                               callbacks=list(callbacks))
+    trainer.length_split, trainer.completion_head = cfg.length_split, cfg.completion_head
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(_step_bar(desc))
+    return trainer
+
+
+def _step_bar(desc: str) -> TrainerCallback:
+    """transformers' step bar with a name and a unit, so a relayed line reads `base model, step i/n, ~m min left`."""
+    from tqdm.auto import tqdm
+    from transformers.trainer_callback import ProgressCallback
+
+    class StepBar(ProgressCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                self.training_bar = tqdm(total=state.max_steps, desc=desc, unit="step", dynamic_ncols=True)
+            self.current_step = 0
+
+    return StepBar()
 
 
 def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None,
-           group_by_length=False, completion_only=True):
-    from datasets import Dataset
+           group_by_length=False, completion_only=True, desc="sft"):
     from transformers import set_seed
-    from trl import SFTTrainer
-
     output_dir = Path(output_dir)
     rows = check_samples(samples)
     set_seed(seed)
     if lora is not None and not hasattr(model, "peft_config"):
         model = apply_lora(model, lora)
-    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length, completion_only)
     evals: list[dict[str, Any]] = []
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         callbacks=[_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)])
+    trainer = make_trainer(model, tokenizer, rows, cfg, output_dir, max_steps, seed, group_by_length, completion_only,
+                           [_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)], desc)
     # TRL has already cut sequences to max_length (and dropped any left with no completion token),
     # so a sequence at exactly the cutoff is counted as cut.
     kept = trainer.train_dataset["input_ids"]

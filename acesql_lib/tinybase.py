@@ -196,7 +196,15 @@ def base_sft_config(cfg: Config):
     return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
                    gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
                    lr_scheduler_type=cfg.model.tiny_base_scheduler, warmup_ratio=cfg.model.tiny_base_warmup_ratio,
-                   gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10)
+                   gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10, report_to="none")
+
+
+def base_training_data(cfg: Config, world: TinyWorld) -> tuple[list[dict[str, Any]], int, Any]:
+    """The base model's SFT samples (both roles), the number of questions skipped, and its tokenizer."""
+    pool = load_train_pool(cfg, world)
+    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
+    return samples, skipped, base_tokenizer(samples, cfg.model.tiny_vocab_size)
 
 
 def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
@@ -228,10 +236,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
             return out
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    pool = load_train_pool(cfg, world)
-    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
-    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
-    tokenizer = base_tokenizer(samples, cfg.model.tiny_vocab_size)
+    samples, skipped, tokenizer = base_training_data(cfg, world)
     m = cfg.model
     model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
                              m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
@@ -240,10 +245,12 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
         raise ValueError(f"tiny base: a sample has {lengths['max_total']} tokens, more than "
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
-    result = train_sft(model, tokenizer, samples, base_sft_config(cfg), work, max_steps=m.tiny_base_steps,
+    sft_cfg = replace(base_sft_config(cfg), report_to=cfg.sft.report_to)  # tracking does not shape the model
+    result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny_base_steps,
                        seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
                        group_by_length=m.tiny_base_group_by_length,
-                       eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every)
+                       eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
+                       desc="base model")
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,

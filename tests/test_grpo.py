@@ -184,3 +184,16 @@ def test_validation_averages_val_samples_generator_samples_per_question(template
     assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, 1), (n_val, 3)]  # retriever once, generator 3x
     assert 0.0 <= m["val/ex"] <= 100.0
     assert abs(m["val/ex"] * n_val * 3 / 100 - round(m["val/ex"] * n_val * 3 / 100)) < 1e-6
+
+
+def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
+    from test_tracking import read_events
+
+    run = fresh_run(template, tmp_path, "tb")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.report_to": "tensorboard"}))
+    build_trainer(ctx.cfg, ctx.paths, progress=False).train()
+    rows = [json.loads(x) for x in (run / "grpo" / "full" / "metrics.jsonl").read_text().splitlines()]
+    events = read_events(run / "grpo" / "full" / "runs")
+    for key in ("reward/retriever", "reward/generator", "kl/generator", "grad_norm"):
+        assert [s for s, _ in events[key]] == [r["step"] for r in rows] == [1, 2], key
+        assert [v for _, v in events[key]] == pytest.approx([r[key] for r in rows], rel=1e-6), key

@@ -201,3 +201,33 @@ def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_pa
     # a vocabulary too large for the training text is full of intermediate merges that never occur
     # whole in it, and held-out words are cut into exactly those
     assert ours < 0.02 and unseen_share(2048) > 5 * ours
+
+
+def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padded_batch(tokenizer, tmp_path):
+    """One batch of mixed lengths: the old single padded pass with TRL's fused head, against the
+    batch cut into length-sorted passes and the head applied to completion positions only."""
+    from acesql_lib.sft import check_samples, make_trainer, padding_share
+
+    mixed = [{"prompt": [{"role": "user", "content": s["prompt"][0]["content"] + " Tables used: singer." * (3 * i)}],
+              "completion": s["completion"]} for i, s in enumerate(SAMPLES)]
+    model = _model(tokenizer)
+    trainer = make_trainer(model, tokenizer, check_samples(mixed), replace(CFG, per_device_batch_size=8), tmp_path,
+                           max_steps=1)
+    batch = next(iter(trainer.get_train_dataloader()))
+    n_items = batch["labels"][..., 1:].ne(-100).sum()
+
+    def loss_and_grad(split: int, head: bool):
+        trainer.length_split, trainer.completion_head = split, head
+        loss = float(trainer.training_step(model, dict(batch), n_items))
+        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+        model.zero_grad()
+        return loss, grad
+
+    ref_loss, ref_grad = loss_and_grad(1, False)
+    assert ref_grad.abs().max() > 0
+    for split, head in ((1, True), (3, False), (3, True), (8, True)):
+        loss, grad = loss_and_grad(split, head)
+        assert loss == pytest.approx(ref_loss, abs=1e-5), (split, head)
+        assert (grad - ref_grad).abs().max() < 1e-5, (split, head)
+    whole, cut = padding_share([batch], 1), padding_share([batch], 3)
+    assert whole["real_tokens"] == cut["real_tokens"] and cut["pad_share"] < whole["pad_share"] / 2

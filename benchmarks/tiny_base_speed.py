@@ -1,0 +1,127 @@
+"""Tokens/s of the tiny base-model build: one padded pass per batch with TRL's fused head, against
+length-split passes (`sft.length_split`) and the head on completion positions (`sft.completion_head`).
+
+Side by side in one run, on the tiny profile's real training data (both roles, made-up values):
+the same seed, the same batches and the same number of optimizer steps for every variant, so the
+per-step losses must agree (up to float summation order) and only the time differs. Variants run
+in rounds (A B C, A B C, ...) so a load change on a shared machine hits all of them alike.
+
+Also reports the padding share of the batches (how much of a padded batch is pad) and the time
+TRL spends preparing (tokenising) the data, which the variants then share.
+
+    python benchmarks/tiny_base_speed.py --steps 4 --rounds 4 --variants 1,0 1,1 2,1 4,1 8,1 4,1,1
+    -> reports/benchmarks/tiny_base_speed.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+from acesql_lib.context import RunContext  # noqa: E402
+from acesql_lib.models import build_tiny_model  # noqa: E402
+from acesql_lib.sft import check_samples, make_trainer, padding_share  # noqa: E402
+from transformers import set_seed  # noqa: E402
+from acesql_lib.tinybase import base_sft_config, base_training_data  # noqa: E402
+from acesql_lib.tinyworld import build_tinyworld  # noqa: E402
+
+
+def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, steps: int, out: Path) -> dict:
+    """`steps` optimizer steps from the seed's fresh model on the already tokenised `data`."""
+    torch.set_num_threads(threads)
+    m = cfg.model
+    torch.manual_seed(cfg.seed)
+    model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
+                             m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
+    sft_cfg = replace(base_sft_config(cfg), length_split=split, completion_head=head, logging_steps=1)
+    set_seed(cfg.seed)
+    trainer = make_trainer(model, tokenizer, data, sft_cfg, out, steps, cfg.seed, m.tiny_base_group_by_length,
+                           not m.tiny_base_full_loss, desc=f"split {split}, head {'on' if head else 'off'}")
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    batches = []
+    for i, batch in enumerate(trainer.get_train_dataloader()):  # the same seeded order the steps saw
+        if i == steps:
+            break
+        batches.append(batch)
+    whole, cut = padding_share(batches, 1), padding_share(batches, split)
+    losses = [r["loss"] for r in trainer.state.log_history if "loss" in r]
+    return {"split": split, "completion_head": head, "threads": threads, "steps": trainer.state.global_step,
+            "train_seconds": round(seconds, 2), "seconds_per_step": round(seconds / max(steps, 1), 3),
+            "real_tokens_per_s": round(whole["real_tokens"] / seconds),
+            "pad_share_whole_batch": round(whole["pad_share"], 3), "pad_share_after_split": round(cut["pad_share"], 3),
+            "losses": losses}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--variants", nargs="+", default=["1,0", "1,1", "4,1", "8,1"],
+                    help="SPLIT,HEAD[,THREADS]: sft.length_split, sft.completion_head (0/1) and torch threads "
+                         "(default: as started); the first is the baseline")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", default="reports/benchmarks/tiny_base_speed.json")
+    args = ap.parse_args(argv)
+    default_threads = torch.get_num_threads()
+    variants = [(int(p[0]), bool(int(p[1])), int(p[2]) if len(p) > 2 else default_threads)
+                for p in (v.split(",") for v in args.variants)]
+    ctx = RunContext.create(args.profile, {})
+    cfg, paths = ctx.cfg, ctx.paths
+    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    samples, _, tokenizer = base_training_data(cfg, world)
+    work = Path(paths.run) / "bench_tiny_base_speed"
+    t0 = time.perf_counter()  # TRL tokenises once; every variant reuses the tokenised set
+    m = cfg.model
+    first = make_trainer(build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads,
+                                          m.tiny_num_kv_heads, m.tiny_intermediate_size, m.tiny_max_position, cfg.seed),
+                         tokenizer, check_samples(samples), base_sft_config(cfg), work / "prepare", 1, cfg.seed)
+    prepare_seconds = time.perf_counter() - t0
+    data = first.train_dataset
+    runs, load_start = [], os.getloadavg()[0]
+    for r in range(args.rounds):
+        for split, head, threads in variants:
+            row = run_variant(cfg, data, tokenizer, split, head, threads, args.steps,
+                              work / f"s{split}_h{int(head)}_t{threads}")
+            row["round"] = r
+            runs.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
+    summary = {}
+    for split, head, threads in variants:
+        rows = [x for x in runs if (x["split"], x["completion_head"], x["threads"]) == (split, head, threads)]
+        summary[f"split{split}_head{'On' if head else 'Off'}_threads{threads}"] = {
+            "seconds_per_step_median": statistics.median(x["seconds_per_step"] for x in rows),
+            "real_tokens_per_s_median": statistics.median(x["real_tokens_per_s"] for x in rows),
+            "pad_share": rows[0]["pad_share_after_split"]}
+    ref = next(iter(summary.values()))["seconds_per_step_median"]
+    for v in summary.values():
+        v["speedup_vs_first"] = round(ref / v["seconds_per_step_median"], 2)
+    base = runs[0]
+    loss_gap = max((abs(a - b) for x in runs for a, b in zip(x["losses"], base["losses"])), default=0.0)
+    report = {"profile": cfg.profile, "steps": args.steps, "batch_size": cfg.model.tiny_base_batch_size,
+              "samples": len(samples), "cpu_count": os.cpu_count(),
+              "load_avg_start_end": [load_start, os.getloadavg()[0]],
+              "trl_prepare_seconds": round(prepare_seconds, 1), "max_loss_gap_vs_first_run": loss_gap,
+              "summary": summary, "runs": runs}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: report[k] for k in ("trl_prepare_seconds", "max_loss_gap_vs_first_run", "summary",
+                                              "load_avg_start_end")}, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
