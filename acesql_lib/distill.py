@@ -25,7 +25,8 @@ from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
-from .rollouts import QuestionRollout, Task, rollout
+from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
+from .routes import route_share
 from .schema import Schema
 
 
@@ -113,10 +114,8 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
             if [r["qid"] for r in done] == [t.qid for t in chunk]:
                 records.extend(done)
                 continue
-        rolls = rollout(chunk, engine, tokenizer, n_retriever=d.n_retriever, n_generator=d.n_generator,
-                        temperature=d.temperature, top_p=d.top_p, max_new_tokens=d.max_new_tokens,
-                        vote_threshold=d.vote_threshold, style=style, enable_thinking=cfg.engine.enable_thinking,
-                        compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s, seed=cfg.seed * 7919 + k)
+        rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), vote_threshold=d.vote_threshold,
+                        style=style, compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s)
         lines = [_record(r) for r in rolls]
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -175,7 +174,7 @@ class DistillProducts:
     pass_counts: dict[str, int]
     rl_train: list[str]
     rl_validation: list[str]
-    alt_route_share: float  # share of correct rollouts whose column set differs from the gold SQL's
+    alt_route_share: float | None  # `routes.route_share` of the correct rollouts; None when none resolves
     summary: dict[str, Any]
 
 
@@ -184,15 +183,14 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
     d = cfg.distill
     by_id = {t.qid: t for t in tasks}
     rng = random.Random(cfg.seed)
-    samples, correct_sets, gold, pass_counts = [], {}, {}, {}
-    n_correct = n_alt = 0
+    samples, correct_sets, gold, pass_counts, routes = [], {}, {}, {}, []
     for rec in records:
         pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
         gold[rec["qid"]] = rec["gold_columns"]
-        sets = [g["columns"] for g in rec["generator"] if g["match"] and g["columns"]]
         correct_sets[rec["qid"]] = [s for s in (_pool_set(cfg, by_id[rec["qid"]], g) for g in rec["generator"]) if s]
-        n_correct += len(sets)
-        n_alt += sum(1 for s in sets if s != rec["gold_columns"])
+        # `_record` writes an unresolved gold set as []: unresolved, as in every route record
+        routes += [{"correct": g["match"], "pred_columns": g["columns"], "gold_columns": rec["gold_columns"] or None}
+                   for g in rec["generator"]]
     # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
     # but never more than half of them, so a small run still has questions to train on
     eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
@@ -218,12 +216,14 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
                                         "content": retriever_target(target, _retriever_think(rec, target))}]})
     pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
     hist = Counter(pass_counts.values())
+    route = route_share(routes)  # the one definition of an alternative route (routes module)
     summary = {
         "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,
         "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
         "questions_with_correct": sum(1 for k in pass_counts.values() if k > 0),
         "sft_samples": dict(Counter(s["role"] for s in samples)),
-        "correct_rollouts": n_correct, "alt_route_share": n_alt / n_correct if n_correct else 0.0,
+        "correct_rollouts": route["n_correct"], "route_resolved": route["n_resolved"],
+        "alt_route_share": None if route["n_resolved"] == 0 else route["share"],  # None: no correct set resolves
         "rl_train": len(rl_train), "rl_validation": len(rl_validation), "pool": pool.stats(),
     }
     return DistillProducts(samples, pool, pass_counts, rl_train, rl_validation, summary["alt_route_share"], summary)
