@@ -339,7 +339,7 @@ class JointGRPO:
                          self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
 
     def resume(self) -> bool:
-        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler)
+        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
         if found is None:
             return False
         self.state, self.pool = found

@@ -184,3 +184,18 @@ def test_validation_averages_val_samples_generator_samples_per_question(template
     assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, 1), (n_val, 3)]  # retriever once, generator 3x
     assert 0.0 <= m["val/ex"] <= 100.0
     assert abs(m["val/ex"] * n_val * 3 / 100 - round(m["val/ex"] * n_val * 3 / 100)) < 1e-6
+
+
+def test_trainer_reads_the_prompt_style_from_the_config(template, tmp_path):
+    """build_trainer once derived the style from the profile name ("tiny" -> tiny), so a profile
+    with another model.prompt_style (the rehearsal) trained on prompts it never evaluated on."""
+    from acesql_lib.rollouts import retriever_prompt
+
+    run = fresh_run(template, tmp_path, "style")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert trainer.style == "paper"
+    rolls = trainer.collect()
+    r = rolls[0]
+    assert r.retriever.prompts[0] == retriever_prompt(r.task, trainer.tokenizer, "paper",
+                                                      ctx.cfg.engine.enable_thinking)
