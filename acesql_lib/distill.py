@@ -273,28 +273,3 @@ def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
     if not train:
         raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
     return train, val
-
-
-def plot_distillation(summary: dict[str, Any], figures_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
-                      rl_range: tuple[int, int] | None = None) -> list[Path]:
-    """Pass counts per question (with the RL selection band) and the alternative-route share."""
-    import matplotlib.pyplot as plt
-
-    from .reports import save_figure, set_style
-
-    set_style()
-    hist = {int(k): v for k, v in summary["pass_rate_hist"].items()}
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 1]})
-    a.bar(list(hist), list(hist.values()), color="#4C72B0")
-    if rl_range:
-        a.axvspan(rl_range[0] - 0.5, rl_range[1] + 0.5, color="#DD8452", alpha=0.15, label="RL question set")
-        a.legend()
-    a.set(xlabel=f"correct generator samples out of {summary['n_generator']}", ylabel="questions",
-          title="Self-distillation pass counts")
-    share = 100 * summary["alt_route_share"]
-    b.bar(["this run"], [share], color="#55A868")
-    b.axhspan(19.1, 42.3, color="0.85", zorder=0, label="paper range")
-    b.set(ylabel="% of correct rollouts", title="Alternative routes", ylim=(0, max(50, share * 1.2)))
-    b.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, "distill_pass_rates", figures_dir, formats)

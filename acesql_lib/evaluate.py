@@ -1,9 +1,10 @@
 """Two-pass greedy evaluation (§5): retriever on the full schema, generator on the pruned schema.
 
 The passes are `rollouts`' phases (retrieve, select, generate, execute) run greedily with one
-sample per role, plus a generate pass on the gold column sets. For every question: the retriever reads the full schema and lists columns; its parsed list prunes
-the schema (`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the
-last sql block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
+sample per role, plus a generate pass on the gold column sets. For every question: the retriever
+reads the full schema and lists columns; its parsed list prunes the schema
+(`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the last sql
+block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
 role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
 (`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
 gold has ORDER BY). Errors and timeouts score 0. Which SQL is executed and which columns prune the
