@@ -186,6 +186,18 @@ def _pass_rate_hist(distill: dict[str, Any] | None) -> dict[int, float]:
     return out
 
 
+def _pass_count_panel(ax: plt.Axes, hist: dict[int, float], n_generator: int,
+                      rl_range: tuple[int, int] | None) -> None:
+    """Questions per number of correct distillation samples, with the RL selection band (§3.4)."""
+    ks = sorted(hist)
+    ax.bar(ks, [hist[k] for k in ks], color=sns.color_palette("colorblind")[0], width=0.8)
+    if rl_range:
+        lo, hi = rl_range
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.85", zorder=0, label=f"RL selection {lo}..{hi} (§3.4)")
+    ax.set(xlabel=f"correct of N = {n_generator}", ylabel="questions")
+    _legend(ax)
+
+
 def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: Config) -> plt.Figure:
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6), constrained_layout=True)
     _plot_curves(axes[0], logs, "pool/sets_per_question_mean", cfg.profile, "(a) distinct column sets per question", "sets")
@@ -197,13 +209,7 @@ def fig_pool(logs: dict[str, list[dict[str, Any]]], inputs: ReportInputs, cfg: C
     ax, hist = axes[3], _pass_rate_hist(inputs.metrics("02_self_distillation"))
     ax.set_title("(d) distillation: correct SQLs per question")
     if hist:
-        ks = sorted(hist)
-        ax.bar(ks, [hist[k] for k in ks], color=sns.color_palette("colorblind")[0], width=0.8)
-        lo, hi = cfg.distill.rl_min_correct, cfg.distill.rl_max_correct
-        ax.axvspan(lo - 0.5, hi + 0.5, color="0.85", zorder=0, label=f"RL selection {lo}..{hi} (§3.4)")
-        ax.set_xlabel(f"correct of N = {cfg.distill.n_generator}")
-        ax.set_ylabel("questions")
-        _legend(ax)
+        _pass_count_panel(ax, hist, cfg.distill.n_generator, (cfg.distill.rl_min_correct, cfg.distill.rl_max_correct))
     else:
         _message(ax, not_run(cfg.profile))
     fig.suptitle(f"Empirical column-set pool (profile {cfg.profile})")
@@ -311,14 +317,9 @@ def plot_distillation(summary: dict[str, Any], figures_dir: str | Path, formats:
                       rl_range: tuple[int, int] | None = None) -> list[Path]:
     """Pass counts per question (with the RL selection band) and the alternative-route share."""
     set_style()
-    hist = {int(k): v for k, v in summary["pass_rate_hist"].items()}
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 1]})
-    a.bar(list(hist), list(hist.values()), color="#4C72B0")
-    if rl_range:
-        a.axvspan(rl_range[0] - 0.5, rl_range[1] + 0.5, color="#DD8452", alpha=0.15, label="RL question set")
-        a.legend()
-    a.set(xlabel=f"correct generator samples out of {summary['n_generator']}", ylabel="questions",
-          title="Self-distillation pass counts")
+    _pass_count_panel(a, _pass_rate_hist(summary), summary["n_generator"], rl_range)
+    a.set_title("Self-distillation pass counts")
     share = summary.get("alt_route_share")
     share = None if share is None else 100 * share  # a fraction; None when no correct set resolves
     if share is None:
