@@ -86,10 +86,10 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
 def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     """What shapes a shard's rollouts; shards live in a folder named after its hash."""
     d = cfg.distill
-    keys = ("n_retriever", "n_generator", "temperature", "top_p", "max_new_tokens", "vote_threshold",
-            "compare_mode", "exec_timeout_s", "shard_size")
-    return {**{k: getattr(d, k) for k in keys}, "seed": cfg.seed, "style": style,
-            "enable_thinking": cfg.engine.enable_thinking, "model": model}
+    sampling = dataclasses.asdict(SamplingSpec.distill(cfg))
+    sampling["seed"] = cfg.seed  # the run's seed: each shard derives its own from it (SamplingSpec.distill)
+    keys = ("vote_threshold", "compare_mode", "exec_timeout_s", "shard_size")
+    return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model}
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,

@@ -116,3 +116,19 @@ def test_select_and_generate_per_retriever_sample(tiny):
     assert len(out.prompts) == len(out.completions) == 4 and out.prompts[0] == out.prompts[2] != out.prompts[1]
     with pytest.raises(ValueError, match="n_generator"):
         generate([task], [[a, b]], HFEngine(model, tok), tok, spec, lambda c, t: c.text)
+
+
+def test_distillation_shards_are_keyed_by_the_same_sampling_spec():
+    """The shard folder's settings hold every field of the spec the shards are sampled with, so a
+    change of any sampling setting (enable_thinking, top_p included) never reuses old shards."""
+    import dataclasses
+
+    from acesql_lib.config import settings_hash
+    from acesql_lib.distill import shard_settings
+
+    cfg = load_config("tiny")
+    settings, spec = shard_settings(cfg, "tiny"), dataclasses.asdict(SamplingSpec.distill(cfg))
+    assert {k: settings[k] for k in spec if k != "seed"} == {k: v for k, v in spec.items() if k != "seed"}
+    for key, value in (("engine.enable_thinking", not cfg.engine.enable_thinking), ("distill.top_p", 0.5)):
+        other = shard_settings(load_config("tiny", {key: value}), "tiny")
+        assert settings_hash(other) != settings_hash(settings), key
