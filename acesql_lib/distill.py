@@ -93,13 +93,14 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str = "paper", progress: bool = True, model: str = "") -> list[dict[str, Any]]:
+                     style: str | None = None, progress: bool = True, model: str = "") -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
     not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
     if cfg.data.stage1_source == "authors":
         raise RuntimeError("data.stage1_source is 'authors': stage 1 comes from the authors' release, so there is "
                            "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
     d = cfg.distill
+    style = style or cfg.model.prompt_style  # None: the profile's prompt style
     settings = shard_settings(cfg, style, model)
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
@@ -178,9 +179,11 @@ class DistillProducts:
     summary: dict[str, Any]
 
 
-def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str = "paper"
+def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str | None = None
                    ) -> DistillProducts:
+    """SFT samples, the initial pool and the RL question set; `style` None: `model.prompt_style`."""
     d = cfg.distill
+    style = style or cfg.model.prompt_style
     by_id = {t.qid: t for t in tasks}
     rng = random.Random(cfg.seed)
     samples, correct_sets, gold, pass_counts, routes = [], {}, {}, {}, []
