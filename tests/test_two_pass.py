@@ -16,7 +16,7 @@ from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.rollouts import SamplingSpec, Task, generate, rollout, select
 from acesql_lib.routes import alternative_route
-from tests.test_evaluate import QUESTIONS, bird_dir  # noqa: F401  (the fixture: a real SQLite BIRD layout)
+from test_evaluate import QUESTIONS, bird_dir  # noqa: F401  (the fixture: a real SQLite BIRD layout)
 
 REPO = Path(__file__).resolve().parents[1]
 
