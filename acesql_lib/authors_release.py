@@ -266,7 +266,7 @@ def pool_from_release(raw: RawPool, questions: Mapping[str, tuple[str, Sequence[
                 counts["questions_with_bad_index"] += 1
         data["questions"][qid] = {"gold": sorted(gold), "visits": 0, "sets": sets}
     counts["released_questions_not_used"] = len(set(raw) - set(questions))
-    return ColumnSetPool.from_dict(data, "authors' pool"), dict(counts)
+    return ColumnSetPool.from_dict(data, "authors' pool", gamma=gamma), dict(counts)
 
 
 # ---------------------------------------------------------------------------------------------

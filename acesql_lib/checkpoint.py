@@ -76,9 +76,10 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
     return final if acc.is_main_process else None
 
 
-def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any
+def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, *, gamma: float
                 ) -> tuple[TrainState, ColumnSetPool] | None:
-    """Restore the newest complete checkpoint into the live objects; None when there is none."""
+    """Restore the newest complete checkpoint into the live objects (its pool with the run's
+    `grpo.gamma`); None when there is none."""
     found = checkpoints(Path(out_dir))
     if not found:
         return None
@@ -100,5 +101,5 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
     scheduler.load_state_dict(blob["scheduler"])
     _set_rng_state(blob["rng"])
     state = TrainState(**json.loads((path / "state.json").read_text()))
-    pool = ColumnSetPool.load(path / "pool.json")
+    pool = ColumnSetPool.load(path / "pool.json", gamma=gamma)
     return state, pool

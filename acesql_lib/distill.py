@@ -26,7 +26,8 @@ from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
-from .rollouts import QuestionRollout, Task, rollout
+from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
+from .routes import route_share
 from .schema import Schema
 from .timing import PHASES_LOG, append_phases, totals
 
@@ -87,20 +88,21 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
 def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     """What shapes a shard's rollouts; shards live in a folder named after its hash."""
     d = cfg.distill
-    keys = ("n_retriever", "n_generator", "temperature", "top_p", "max_new_tokens", "vote_threshold",
-            "compare_mode", "exec_timeout_s", "shard_size")
-    return {**{k: getattr(d, k) for k in keys}, "seed": cfg.seed, "style": style,
-            "enable_thinking": cfg.engine.enable_thinking, "model": model}
+    sampling = dataclasses.asdict(SamplingSpec.distill(cfg))
+    sampling["seed"] = cfg.seed  # the run's seed: each shard derives its own from it (SamplingSpec.distill)
+    keys = ("vote_threshold", "compare_mode", "exec_timeout_s", "shard_size")
+    return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model}
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str = "paper", progress: bool = True, model: str = "") -> list[dict[str, Any]]:
+                     style: str | None = None, progress: bool = True, model: str = "") -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
     not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
     if cfg.data.stage1_source == "authors":
         raise RuntimeError("data.stage1_source is 'authors': stage 1 comes from the authors' release, so there is "
                            "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
     d = cfg.distill
+    style = style or cfg.model.prompt_style  # None: the profile's prompt style
     settings = shard_settings(cfg, style, model)
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
@@ -118,10 +120,8 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                 records.extend(done)
                 bar.update(len(chunk))
                 continue
-        rolls = rollout(chunk, engine, tokenizer, n_retriever=d.n_retriever, n_generator=d.n_generator,
-                        temperature=d.temperature, top_p=d.top_p, max_new_tokens=d.max_new_tokens,
-                        vote_threshold=d.vote_threshold, style=style, enable_thinking=cfg.engine.enable_thinking,
-                        compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s, seed=cfg.seed * 7919 + k)
+        rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), vote_threshold=d.vote_threshold,
+                        style=style, compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s)
         lines = [_record(r) for r in rolls]
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -184,24 +184,25 @@ class DistillProducts:
     pass_counts: dict[str, int]
     rl_train: list[str]
     rl_validation: list[str]
-    alt_route_share: float  # share of correct rollouts whose column set differs from the gold SQL's
+    alt_route_share: float | None  # `routes.route_share` of the correct rollouts; None when none resolves
     summary: dict[str, Any]
 
 
-def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str = "paper"
+def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str | None = None
                    ) -> DistillProducts:
+    """SFT samples, the initial pool and the RL question set; `style` None: `model.prompt_style`."""
     d = cfg.distill
+    style = style or cfg.model.prompt_style
     by_id = {t.qid: t for t in tasks}
     rng = random.Random(cfg.seed)
-    samples, correct_sets, gold, pass_counts = [], {}, {}, {}
-    n_correct = n_alt = 0
+    samples, correct_sets, gold, pass_counts, routes = [], {}, {}, {}, []
     for rec in records:
         pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
         gold[rec["qid"]] = rec["gold_columns"]
-        sets = [g["columns"] for g in rec["generator"] if g["match"] and g["columns"]]
         correct_sets[rec["qid"]] = [s for s in (_pool_set(cfg, by_id[rec["qid"]], g) for g in rec["generator"]) if s]
-        n_correct += len(sets)
-        n_alt += sum(1 for s in sets if s != rec["gold_columns"])
+        # `_record` writes an unresolved gold set as []: unresolved, as in every route record
+        routes += [{"correct": g["match"], "pred_columns": g["columns"], "gold_columns": rec["gold_columns"] or None}
+                   for g in rec["generator"]]
     # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
     # but never more than half of them, so a small run still has questions to train on
     eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
@@ -227,12 +228,14 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
                                         "content": retriever_target(target, _retriever_think(rec, target))}]})
     pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
     hist = Counter(pass_counts.values())
+    route = route_share(routes)  # the one definition of an alternative route (routes module)
     summary = {
         "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,
         "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
         "questions_with_correct": sum(1 for k in pass_counts.values() if k > 0),
         "sft_samples": dict(Counter(s["role"] for s in samples)),
-        "correct_rollouts": n_correct, "alt_route_share": n_alt / n_correct if n_correct else 0.0,
+        "correct_rollouts": route["n_correct"], "route_resolved": route["n_resolved"],
+        "alt_route_share": None if route["n_resolved"] == 0 else route["share"],  # None: no correct set resolves
         "rl_train": len(rl_train), "rl_validation": len(rl_validation), "pool": pool.stats(),
     }
     return DistillProducts(samples, pool, pass_counts, rl_train, rl_validation, summary["alt_route_share"], summary)
@@ -282,28 +285,3 @@ def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
     if not train:
         raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
     return train, val
-
-
-def plot_distillation(summary: dict[str, Any], figures_dir: str | Path, formats: Sequence[str] = ("png", "pdf"),
-                      rl_range: tuple[int, int] | None = None) -> list[Path]:
-    """Pass counts per question (with the RL selection band) and the alternative-route share."""
-    import matplotlib.pyplot as plt
-
-    from .reports import save_figure, set_style
-
-    set_style()
-    hist = {int(k): v for k, v in summary["pass_rate_hist"].items()}
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6), gridspec_kw={"width_ratios": [3, 1]})
-    a.bar(list(hist), list(hist.values()), color="#4C72B0")
-    if rl_range:
-        a.axvspan(rl_range[0] - 0.5, rl_range[1] + 0.5, color="#DD8452", alpha=0.15, label="RL question set")
-        a.legend()
-    a.set(xlabel=f"correct generator samples out of {summary['n_generator']}", ylabel="questions",
-          title="Self-distillation pass counts")
-    share = 100 * summary["alt_route_share"]
-    b.bar(["this run"], [share], color="#55A868")
-    b.axhspan(19.1, 42.3, color="0.85", zorder=0, label="paper range")
-    b.set(ylabel="% of correct rollouts", title="Alternative routes", ylim=(0, max(50, share * 1.2)))
-    b.legend(fontsize=8)
-    fig.tight_layout()
-    return save_figure(fig, "distill_pass_rates", figures_dir, formats)

@@ -1,8 +1,10 @@
 """Two-pass greedy evaluation (§5): retriever on the full schema, generator on the pruned schema.
 
-For every question: the retriever reads the full schema and lists columns; its parsed list prunes
-the schema (`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the
-last sql block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
+The passes are `rollouts`' phases (retrieve, select, generate, execute) run greedily with one
+sample per role, plus a generate pass on the gold column sets. For every question: the retriever
+reads the full schema and lists columns; its parsed list prunes the schema
+(`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the last sql
+block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
 role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
 (`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
 gold has ORDER BY). Errors and timeouts score 0. Which SQL is executed and which columns prune the
@@ -37,18 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from .config import Config, EvalSet
-from .engines import Completion, Engine, HFEngine, make_engine
-from .executor import score_batch, write_bird_predictions
+from .engines import Engine, HFEngine, make_engine
+from .executor import write_bird_predictions
 from .paths import Paths
 from .evalparse import parse_generator_eval, parse_retriever_eval
-from .rollouts import Task, generator_prompt, retriever_prompt
-from .routes import route_share
+from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, Task, execute_rollouts, generate, retrieve, select
+from .routes import alternative_route, route_share
 from .schema import Schema
 from .stats import SHARE_KEYS  # noqa: F401  (the keys written as fractions; module doc)
-from .timing import as_metrics, phase, since, totals
+from .timing import as_metrics, since, totals
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
 
@@ -155,20 +155,6 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 # Running the passes
 
 
-def _generate(engine: Engine, prompts: list[str], max_new_tokens: int, chunk: int, desc: str,
-              progress: bool) -> list[Completion]:
-    """Greedy, one sample per prompt, in engine-sized chunks so progress is visible."""
-    out: list[Completion] = []
-    bar = tqdm(total=len(prompts), desc=desc, unit="question", disable=not progress or not prompts, leave=False)
-    for start in range(0, len(prompts), chunk):
-        with phase("generation"):
-            batch = engine.generate(prompts[start:start + chunk], n=1, temperature=0.0, max_new_tokens=max_new_tokens)
-        out.extend(c[0] for c in batch)
-        bar.update(len(batch))
-    bar.close()
-    return out
-
-
 def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
              mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
              engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True) -> EvalResult:
@@ -183,7 +169,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     start, phases_before = time.perf_counter(), totals()
     engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size)
     chunk = max(1, cfg.engine.hf_batch_size)
-    style, thinking, budget = cfg.model.prompt_style, cfg.engine.enable_thinking, cfg.eval.max_new_tokens
+    style = cfg.model.prompt_style
     from .values_index import attach  # the profile's schema text and question-relevant values (§2)
 
     cache = Paths.from_config(cfg).run / "values_index"
@@ -191,45 +177,49 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
         attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)  # cheap once attached
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
 
-    # 1. retriever on the full schema
-    r_out = _generate(engine, [retriever_prompt(t, tokenizer, style, thinking) for t in tasks], budget, chunk,
-                      f"{stage} retriever", progress)
-    r_parse = [parse_retriever_eval(c.text, t.schema, truncated=c.truncated, parser=cfg.eval.retriever_parser)
-               for t, c in zip(tasks, r_out)]  # eval.retriever_parser: the authors' EVAL rules or the kit's
-    # 2. generator on the pruned schema
-    g_out = _generate(engine, [generator_prompt(t, p.columns, tokenizer, style, thinking) for t, p in zip(tasks, r_parse)],
-                      budget, chunk, f"{stage} generator", progress)
-    g_parse = [parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser) for c in g_out]
-    # 3. generator on the gold column set (Generator Ability; kit's definition)
-    gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
-    o_out = _generate(engine, [generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style, thinking)
-                               for i in gold_idx], budget, chunk, f"{stage} generator (gold schema)", progress)
-    o_sql = {i: parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser).sql for i, c in zip(gold_idx, o_out)}
+    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking)
+    # eval.retriever_parser / eval.generator_parser: the authors' EVAL rules or the kit's
+    r_parse = lambda c, t: parse_retriever_eval(c.text, t.schema, truncated=c.truncated,  # noqa: E731
+                                                parser=cfg.eval.retriever_parser)
+    g_parse = lambda c, t: parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser)  # noqa: E731
+    run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
 
+    # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
+    retrieved = retrieve(tasks, parse=r_parse, desc=f"{stage} retriever", **run)
+    voted, seen = select(retrieved, n_generator=1)
+    # 3. generator on the pruned schema
+    generated = generate(tasks, seen, parse=g_parse, desc=f"{stage} generator", **run)
+    rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
+    # 3b. generator on the gold column set (Generator Ability; kit's definition)
+    gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
+    gold_tasks = [tasks[i] for i in gold_idx]
+    on_gold = generate(gold_tasks, [[t.gold_columns] for t in gold_tasks], parse=g_parse,
+                       desc=f"{stage} generator (gold schema)", **run)
+    gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
     # 4. execute everything in one batch
-    items = [(p.sql, t.example.sql, t.example.db_path) for t, p in zip(tasks, g_parse)]
-    items += [(o_sql[i], tasks[i].example.sql, tasks[i].example.db_path) for i in gold_idx]
-    with phase("execution"):
-        scores = score_batch(items, mode=mode, timeout_s=cfg.eval.exec_timeout_s, workers=cfg.eval.workers,
-                             progress=progress) if items else []
-    gold_correct = {i: bool(s.correct) and bool(o_sql[i]) for i, s in zip(gold_idx, scores[len(tasks):])}
+    execute_rollouts([*rolls, *gold_rolls], compare_mode=mode, timeout_s=cfg.eval.exec_timeout_s,
+                     workers=cfg.eval.workers, progress=progress)
+    o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
+    gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
 
     records = []
-    for i, (t, rc, rp, gc, gp, s) in enumerate(zip(tasks, r_out, r_parse, g_out, g_parse, scores)):
-        correct = bool(s.correct) and bool(gp.sql)  # no sql block never matches
+    for i, r in enumerate(rolls):
+        t, rc, rp, gc, gp = r.task, r.retriever.completions[0], r.retriever.parses[0], \
+            r.generator.completions[0], r.generator.parses[0]
+        correct = r.matches[0]
         pred_cols = t.columns_of(gp.sql)
         gold_cols = t.gold_columns
-        alt = (pred_cols != gold_cols) if (correct and pred_cols is not None and gold_cols is not None) else None
         ex = t.example
         records.append({
             "id": ex.id, "db_id": ex.db_id, "difficulty": ex.difficulty or "", "question": ex.question,
             "retrieved_columns": sorted(rp.columns), "pred_sql": gp.sql, "correct": correct,
-            "exec_status": s.pred_status, "gold_sql": ex.sql,
+            "exec_status": r.exec_status[0], "gold_sql": ex.sql,
             "retriever_tokens": rc.n_tokens, "generator_tokens": gc.n_tokens,
             "retriever_truncated": rc.truncated, "generator_truncated": gc.truncated,
             "retriever_well_formed": rp.well_formed, "generator_well_formed": gp.well_formed,
             "gold_columns": sorted(gold_cols) if gold_cols is not None else None,
-            "pred_columns": sorted(pred_cols) if pred_cols is not None else None, "alt_route": alt,
+            "pred_columns": sorted(pred_cols) if pred_cols is not None else None,
+            "alt_route": alternative_route(correct, pred_cols, gold_cols),
             "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
         })
     metrics = {"stage": stage, "set": set_name, "mode": mode, **summarize(records),

@@ -52,7 +52,7 @@ DIALECT = "sqlite"
 # A query with no rows: scored as the "prediction" against each gold, it matches exactly when the
 # gold's result is empty, so one batched gold execution also says whether the result is empty.
 _EMPTY_PROBE = "SELECT 1 WHERE 0"
-_LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")  # SynSQL sql_complexity (§3.1)
+SQL_COMPLEXITY_LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")  # SynSQL sql_complexity (§3.1)
 _PUNCTUATION = re.compile(f"[{re.escape(string.punctuation)}]")
 
 
@@ -266,39 +266,6 @@ def distributions(examples: Iterable, schemas: dict[str, Schema],
                      "sql_tables": len({c.partition(".")[0] for c in cols}) if cols is not None else float("nan")})
     return pd.DataFrame(rows, columns=["id", "db_id", "complexity", "question_style", "schema_tables",
                                        "schema_columns", "sql_columns", "sql_tables"])
-
-
-def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: str | Path,
-                       formats: Sequence[str] = ("png", "pdf"), name: str = "filtering_distributions") -> list[Path]:
-    """Four panels, before vs after filtering: complexity, question style, tables per schema, columns per SQL."""
-    import matplotlib.pyplot as plt
-
-    from .reports import save_figure, set_style
-
-    set_style()
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
-    both = pd.concat([before.assign(pool="before"), after.assign(pool="after")], ignore_index=True)
-    per_db = both.drop_duplicates(["pool", "db_id"])  # schema size counts each database once
-    panels = ((both, "complexity", "SQL complexity", "share of questions"),
-              (both, "question_style", "Question style", "share of questions"),
-              (per_db, "schema_tables", "Tables per schema", "share of databases"),
-              (both, "sql_columns", "Columns per gold SQL", "share of questions"))
-    for ax, (frame, col, title, ylabel) in zip(axes.flat, panels):
-        share = frame.dropna(subset=[col]).groupby("pool")[col].value_counts(normalize=True).unstack(0)
-        share = share.reindex(columns=["before", "after"])
-        if col == "complexity":  # SynSQL's order, not the alphabet's
-            share = share.reindex([lvl for lvl in _LEVELS if lvl in share.index] +
-                                  [lvl for lvl in share.index if lvl not in _LEVELS])
-        elif col in ("schema_tables", "sql_columns"):
-            share.index = share.index.astype(int)
-            share = share.sort_index()
-        sizes = frame.groupby("pool").size()
-        share.columns = [f"{p} (n={int(sizes.get(p, 0))})" for p in share.columns]
-        share.plot.bar(ax=ax, rot=30 if share.index.dtype == object else 0)
-        top = 1.25 * float(share.max().max() or 1)  # head room for the legend
-        ax.set(title=title, xlabel="", ylabel=ylabel, ylim=(0, top))
-    fig.tight_layout()
-    return save_figure(fig, name, figures_dir, formats)
 
 
 # persistence --------------------------------------------------------------------------------

@@ -38,7 +38,8 @@ from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
                       group_advantages, retriever_reward)
-from .rollouts import QuestionRollout, Task, rollout
+from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
+from .routes import rollout_route_records, route_share
 from .timing import as_metrics, since, totals
 from .tracking import open_tracker
 
@@ -193,11 +194,9 @@ class JointGRPO:
         g, step = self.g, self.state.step + 1
         tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
-        return rollout(tasks, self.engine, self.tokenizer, n_retriever=g.n_retriever, n_generator=g.n_generator,
-                       temperature=g.temperature, top_p=g.top_p, max_new_tokens=g.max_response_tokens,
-                       vote_mode=g.vote, vote_threshold=g.vote_threshold, style=self.style,
-                       enable_thinking=self.cfg.engine.enable_thinking, compare_mode=g.compare_mode,
-                       timeout_s=g.exec_timeout_s, seed=g.seed * 100_003 + step * 101 + self.acc.process_index,
+        spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
+        return rollout(tasks, self.engine, self.tokenizer, spec, vote_mode=g.vote, vote_threshold=g.vote_threshold,
+                       style=self.style, compare_mode=g.compare_mode, timeout_s=g.exec_timeout_s,
                        think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation)
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
@@ -326,11 +325,8 @@ class JointGRPO:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
         k = self.g.val_samples
-        rolls = rollout(share, self.engine, self.tokenizer, n_retriever=1, n_generator=k,
-                        temperature=self.g.val_temperature, top_p=self.g.top_p,
-                        max_new_tokens=self.g.max_response_tokens, style=self.style,
-                        enable_thinking=self.cfg.engine.enable_thinking, compare_mode=self.g.compare_mode,
-                        timeout_s=self.g.exec_timeout_s, seed=self.g.seed + 7, think_rule=self.g.think_rule,
+        rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), style=self.style,
+                        compare_mode=self.g.compare_mode, timeout_s=self.g.exec_timeout_s, think_rule=self.g.think_rule,
                         retriever_parser=self.g.retriever_parser, truncation=self.g.truncation)
         rows = [(r.n_correct / k, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
                                   (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
@@ -345,7 +341,7 @@ class JointGRPO:
                          self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
 
     def resume(self) -> bool:
-        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler)
+        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
         if found is None:
             return False
         self.state, self.pool = found
@@ -466,11 +462,9 @@ def _role_metrics(role: str, rewards: torch.Tensor, rolls: Sequence[QuestionRoll
 def _rollout_metrics(rolls: Sequence[QuestionRollout]) -> dict[str, float]:
     matches = sum(r.n_correct for r in rolls)
     n = sum(len(r.matches) for r in rolls)
-    alt = sum(1 for r in rolls for s in r.match_sets if s is not None and s != r.task.gold_columns)
-    resolved = sum(1 for r in rolls for s in r.match_sets if s is not None)
     errors = sum(1 for r in rolls for st in r.exec_status if st not in VALID_STATUSES)
     return {"exec/match_rate": matches / max(n, 1), "exec/error_rate": errors / max(n, 1),
-            "route/alt_share": alt / resolved if resolved else 0.0,
+            "route/alt_share": route_share(rollout_route_records(rolls))["share"],  # NaN: no correct set resolves
             "vote/columns": sum(len(r.selected) for r in rolls) / max(len(rolls), 1)}
 
 
@@ -570,7 +564,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
-    style = "tiny" if cfg.profile == "tiny" else "paper"
+    style = cfg.model.prompt_style  # the one place a prompt style is read
     out = paths.grpo_run(variant)
     if accelerator is None or accelerator.is_main_process:
         retire_stale_run(out, run_settings(cfg, paths))

@@ -71,6 +71,11 @@ class Paths:
         return self.reports / "tables"
 
     @property
+    def report_dirs(self) -> "ReportDirs":
+        """Where this profile's reports read (metrics, run) and write (tables, figures)."""
+        return ReportDirs(self.metrics, self.run, self.tables, self.figures)
+
+    @property
     def executed(self) -> Path:
         return self.reports / "executed"
 
@@ -82,3 +87,20 @@ class Paths:
         for d in (self.run, self.data, self.metrics, self.figures, self.tables, self.executed):
             d.mkdir(parents=True, exist_ok=True)
         return self
+
+
+@dataclass(frozen=True)
+class ReportDirs:
+    """The four folders reports read from and write to: a profile's (`Paths.report_dirs`), or any
+    four (tests use tmp dirs; a multi-seed study reads one seed's metrics beside its own outputs)."""
+
+    metrics: Path
+    run: Path
+    tables: Path
+    figures: Path
+
+    @classmethod
+    def of(cls, where: "Paths | ReportDirs | None", cfg: Config) -> "ReportDirs":
+        if isinstance(where, ReportDirs):
+            return where
+        return (where or Paths.from_config(cfg)).report_dirs

@@ -206,17 +206,18 @@ class ColumnSetPool:
             items = sorted(self._weights.get(qid, {}).items(), key=lambda kv: (-kv[1], _set_key(kv[0])))
             questions[qid] = {"gold": sorted(self._gold[qid]), "visits": self._visits.get(qid, 0),
                               "sets": [[sorted(s), w] for s, w in items]}
-        return {"version": POOL_FORMAT_VERSION, "gamma": self.gamma, "mode": self.mode, "questions": questions}
+        # No gamma: the decay is an RL setting (`grpo.gamma`), given again by whoever loads the pool.
+        return {"version": POOL_FORMAT_VERSION, "mode": self.mode, "questions": questions}
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "pool") -> "ColumnSetPool":
+    def from_dict(cls, data: Any, source: str = "pool", *, gamma: float) -> "ColumnSetPool":
+        """A pool from `to_dict`'s form; `gamma` comes from the GRPO config (a file's own 'gamma',
+        written by older versions, is ignored)."""
         if not isinstance(data, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(data).__name__}")
         if data.get("version") != POOL_FORMAT_VERSION:
             raise ValueError(f"{source}: field 'version' must be {POOL_FORMAT_VERSION}, got {data.get('version')!r}")
-        gamma, mode = data.get("gamma"), data.get("mode", "sft_rollouts")
-        if not isinstance(gamma, (int, float)) or isinstance(gamma, bool):
-            raise ValueError(f"{source}: field 'gamma' must be a number, got {gamma!r}")
+        mode = data.get("mode", "sft_rollouts")
         try:
             pool = cls(float(gamma), mode)
         except ValueError as e:
@@ -262,8 +263,9 @@ class ColumnSetPool:
             raise
 
     @classmethod
-    def load(cls, path: str | Path, mode: str | None = None) -> "ColumnSetPool":
-        """Read pool.json; `mode` converts a fresh SFT-rollout pool to another initialisation."""
+    def load(cls, path: str | Path, mode: str | None = None, *, gamma: float) -> "ColumnSetPool":
+        """Read pool.json with the run's `grpo.gamma`; `mode` converts a fresh SFT-rollout pool to
+        another initialisation."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"pool file not found: {path}")
@@ -271,5 +273,5 @@ class ColumnSetPool:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON: {e}") from None
-        pool = cls.from_dict(data, str(path))
+        pool = cls.from_dict(data, str(path), gamma=gamma)
         return pool.with_mode(mode) if mode else pool

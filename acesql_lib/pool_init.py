@@ -39,7 +39,7 @@ def seed_gold(pool: ColumnSetPool, weight: float = GOLD_SEED_WEIGHT) -> tuple[Co
         if gold and all(sorted(s) != gold for s, _ in q["sets"]):
             q["sets"].append([gold, float(weight)])
             seeded += 1
-    return ColumnSetPool.from_dict(data, "pool"), seeded
+    return ColumnSetPool.from_dict(data, "pool", gamma=pool.gamma), seeded
 
 
 def pool_statistics(raw: RawPool, rows: Sequence[AuthorsRow] = ()) -> dict[str, Any]:
@@ -110,8 +110,8 @@ def initial_pool(cfg: Any, paths: Any, tasks: Sequence[Task]) -> ColumnSetPool:
         gold = {t.qid: t.gold_columns or () for t in tasks}
         return ColumnSetPool.from_rollouts({}, gold, gamma=cfg.grpo.gamma, mode="static_gold")
     plus_gold = mode == "sft_rollouts_plus_gold"
-    pool = ColumnSetPool.load(Path(paths.distill) / "pool.json", mode="sft_rollouts" if plus_gold else mode)
-    pool.gamma = cfg.grpo.gamma  # the decay is an RL setting, whatever the file was written with
+    pool = ColumnSetPool.load(Path(paths.distill) / "pool.json", mode="sft_rollouts" if plus_gold else mode,
+                              gamma=cfg.grpo.gamma)
     if plus_gold:
         pool, seeded = seed_gold(pool)
         print(f"[pool] gold set seeded at {GOLD_SEED_WEIGHT} for {seeded} of {len(pool)} questions")

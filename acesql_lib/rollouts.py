@@ -1,7 +1,9 @@
 """One question through both roles: retriever samples -> vote -> pruned schema -> generator samples -> execution.
 
-Self-distillation (§3.2), every GRPO step (§4 steps 1-4) and validation walk the same path, so it
-lives here once. Everything is batched over questions: one engine call per role.
+Self-distillation (§3.2), every GRPO step (§4 steps 1-4), validation and the greedy evaluation
+(§5) walk the same path, so it lives here once, as phases (`retrieve`, `select`, `generate`,
+`execute_rollouts`) that `rollout` runs in order. How a call samples is one `SamplingSpec`, built
+from the stage's config. Everything is batched over questions: one engine call per role.
 """
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
+
+from tqdm.auto import tqdm
 
 from .datasets import Example
 from .engines import Completion, Engine
 from .executor import score_batch
-from .prompts import (GeneratorParse, RetrieverParse, generator_messages, parse_generator, parse_retriever,
-                      question_text, retriever_messages)
+from .prompts import generator_messages, parse_generator, parse_retriever, question_text, retriever_messages
+from .routes import is_match
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set
 from .timing import phase
@@ -129,58 +133,148 @@ class QuestionRollout:
         return sum(self.matches)
 
 
-def _sample(engine: Engine, prompts: list[str], n: int, temperature: float, top_p: float, max_new_tokens: int,
-            seed: int | None) -> list[list[Completion]]:
-    # Identical prompts are generated once with n samples, so engines can share the prompt prefix.
+@dataclass(frozen=True)
+class SamplingSpec:
+    """How one rollout call samples both roles; built from the stage's config, never unpacked by hand.
+
+    `seed` seeds the retriever pass; the generator pass uses `seed + 1` (None: unseeded).
+    """
+
+    n_retriever: int
+    n_generator: int
+    temperature: float
+    top_p: float = 1.0
+    max_new_tokens: int = 2048
+    enable_thinking: bool = True
+    seed: int | None = None
+
+    def role_seed(self, role: str) -> int | None:
+        if role not in ("retriever", "generator"):
+            raise ValueError(f"role must be 'retriever' or 'generator', got {role!r}")
+        return None if self.seed is None else self.seed + (role == "generator")
+
+    @classmethod
+    def distill(cls, cfg: Any, shard: int = 0) -> "SamplingSpec":
+        """§3.2 self-distillation: `distill.*` sample counts and sampling, one seed per shard."""
+        d = cfg.distill
+        return cls(d.n_retriever, d.n_generator, d.temperature, d.top_p, d.max_new_tokens,
+                   cfg.engine.enable_thinking, cfg.seed * 7919 + shard)
+
+    @classmethod
+    def grpo(cls, cfg: Any, step: int, rank: int = 0) -> "SamplingSpec":
+        """§4 steps 1-3: `grpo.*` sample counts and sampling, one seed per (step, rank)."""
+        g = cfg.grpo
+        return cls(g.n_retriever, g.n_generator, g.temperature, g.top_p, g.max_response_tokens,
+                   cfg.engine.enable_thinking, g.seed * 100_003 + step * 101 + rank)
+
+    @classmethod
+    def validation(cls, cfg: Any) -> "SamplingSpec":
+        """§4.11 validation: one retriever sample, `grpo.val_samples` generator samples at `val_temperature`."""
+        g = cfg.grpo
+        return cls(1, g.val_samples, g.val_temperature, g.top_p, g.max_response_tokens,
+                   cfg.engine.enable_thinking, g.seed + 7)
+
+    @classmethod
+    def greedy(cls, max_new_tokens: int, enable_thinking: bool = True) -> "SamplingSpec":
+        """§5 evaluation: one greedy sample per role, unseeded."""
+        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None)
+
+
+RetrieverParser = Callable[[Completion, Task], Any]
+GeneratorParser = Callable[[Completion, Task], Any]
+
+
+def training_parsers(max_new_tokens: int, think_rule: str = "authors", retriever_parser: str = "authors",
+                     truncation: str = "length") -> tuple[RetrieverParser, GeneratorParser]:
+    """The rollout parsers of distillation and GRPO (`prompts.parse_retriever` / `parse_generator`)."""
+    cut = lambda c: is_truncated(c, max_new_tokens, truncation)  # noqa: E731
+    return (lambda c, t: parse_retriever(c.text, t.schema, truncated=cut(c), rules=retriever_parser,
+                                         think_rules=think_rule),
+            lambda c, t: parse_generator(c.text, truncated=cut(c), rules=think_rule))
+
+
+def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role: str, chunk: int | None = None,
+            desc: str = "", progress: bool = False) -> list[list[Completion]]:
+    """One engine call per role (or per `chunk` prompts, so progress is visible). Identical prompts
+    are generated once with n samples, so engines can share the prompt prefix."""
+    size = chunk or max(len(prompts), 1)
+    out: list[list[Completion]] = []
     with phase("generation"):
-        return engine.generate(prompts, n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                               seed=seed)
+        for start in tqdm(range(0, len(prompts), size), desc=desc, disable=not progress or not prompts, leave=False):
+            out.extend(engine.generate(prompts[start:start + size], n=n, temperature=spec.temperature,
+                                       top_p=spec.top_p, max_new_tokens=spec.max_new_tokens, seed=spec.role_seed(role)))
+    return out
 
 
-def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retriever: int, n_generator: int,
-            temperature: float, top_p: float = 1.0, max_new_tokens: int = 2048, vote_mode: str = "majority",
-            vote_threshold: float = 0.5, style: str = "paper", enable_thinking: bool = True,
-            seed: int | None = None, compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0,
-            progress: bool = False, think_rule: str = "authors", retriever_parser: str = "authors",
+# ---------------------------------------------------------------------------------------------
+# The phases: retrieve -> select -> generate -> execute (`rollout` runs them in order; `evaluate`
+# runs them greedily with n = 1, plus a generate pass on the gold column sets)
+
+
+def retrieve(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, parse: RetrieverParser,
+             style: str = "paper", chunk: int | None = None, desc: str = "retriever",
+             progress: bool = False) -> list[RoleSamples]:
+    """§4 step 1: `spec.n_retriever` retriever samples per question on its full schema."""
+    prompts = [retriever_prompt(t, tokenizer, style, spec.enable_thinking) for t in tasks]
+    out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", chunk, desc, progress)
+    return [RoleSamples([p] * spec.n_retriever, outs, [parse(c, t) for c in outs])
+            for t, p, outs in zip(tasks, prompts, out)]
+
+
+def select(retrieved: Sequence[RoleSamples], n_generator: int, vote_mode: str = "majority",
+           vote_threshold: float = 0.5) -> tuple[list[frozenset[str]], list[list[frozenset[str]]]]:
+    """§4 step 2: the voted set per question, and the column sets its generator samples see: the
+    voted set once (shared by all samples), or per sample retriever i mod N ("per_retriever")."""
+    voted, seen = [], []
+    for rs in retrieved:
+        sets = [p.columns for p in rs.parses]
+        if vote_mode == "per_retriever":  # generator i sees retriever sample i mod N (authors' variant)
+            voted.append(vote(sets, vote_threshold, "majority"))
+            seen.append([sets[i % len(sets)] for i in range(n_generator)])
+        else:
+            voted.append(vote(sets, vote_threshold, vote_mode))
+            seen.append([voted[-1]])
+    return voted, seen
+
+
+def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str]]], engine: Engine, tokenizer: Any,
+             spec: SamplingSpec, parse: GeneratorParser, style: str = "paper", chunk: int | None = None,
+             desc: str = "generator", progress: bool = False) -> list[RoleSamples]:
+    """§4 step 3: `spec.n_generator` generator samples per question on its pruned schema(s).
+
+    Each question gives one column set (all samples share that prompt) or one per sample.
+    """
+    n = spec.n_generator
+    if any(len(cs) not in (1, n) for cs in column_sets):
+        raise ValueError(f"generate: each question needs 1 or n_generator={n} column sets")
+    shared = all(len(cs) == 1 for cs in column_sets)
+    prompts = [[generator_prompt(t, s, tokenizer, style, spec.enable_thinking) for s in cs]
+               for t, cs in zip(tasks, column_sets)]
+    if shared:
+        out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", chunk, desc, progress)
+    else:
+        flat = _sample(engine, [p for ps in prompts for p in (ps * n if len(ps) == 1 else ps)], 1, spec,
+                       "generator", chunk, desc, progress)
+        out = [[flat[i * n + j][0] for j in range(n)] for i in range(len(tasks))]
+    return [RoleSamples(ps * n if len(ps) == 1 else ps, outs, [parse(c, t) for c in outs])
+            for t, ps, outs in zip(tasks, prompts, out)]
+
+
+def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, *,
+            vote_mode: str = "majority", vote_threshold: float = 0.5, style: str = "paper",
+            compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0, progress: bool = False,
+            think_rule: str = "authors", retriever_parser: str = "authors",
             truncation: str = "length") -> list[QuestionRollout]:
-    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation sample counts).
+    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation `spec`).
 
     `think_rule` / `retriever_parser`: the parsers' rule sets (prompts module); `truncation`:
     "length" (authors: the response reached max_new_tokens) or "no_stop" (kit: no stop token).
     """
-    cut = lambda c: is_truncated(c, max_new_tokens, truncation)  # noqa: E731
-    # 1. retriever rollouts on the full schema
-    r_prompts = [retriever_prompt(t, tokenizer, style, enable_thinking) for t in tasks]
-    r_out = _sample(engine, r_prompts, n_retriever, temperature, top_p, max_new_tokens, seed)
-    r_parses = [[parse_retriever(c.text, t.schema, truncated=cut(c), rules=retriever_parser, think_rules=think_rule)
-                 for c in outs] for t, outs in zip(tasks, r_out)]
-    # 2. vote: one pruned schema per question, shared by its generator samples
-    g_prompts: list[list[str]] = []
-    selections: list[frozenset[str]] = []
-    for t, parses in zip(tasks, r_parses):
-        sets = [p.columns for p in parses]
-        if vote_mode == "per_retriever":  # generator i sees retriever sample i mod N (authors' variant)
-            selections.append(vote(sets, vote_threshold, "majority"))
-            g_prompts.append([generator_prompt(t, sets[i % len(sets)], tokenizer, style, enable_thinking)
-                              for i in range(n_generator)])
-        else:
-            sel = vote(sets, vote_threshold, vote_mode)
-            selections.append(sel)
-            g_prompts.append([generator_prompt(t, sel, tokenizer, style, enable_thinking)])
-    # 3. generator rollouts
-    if vote_mode == "per_retriever":
-        flat = _sample(engine, [p for ps in g_prompts for p in ps], 1, temperature, top_p, max_new_tokens,
-                       None if seed is None else seed + 1)
-        g_out = [[flat[i * n_generator + j][0] for j in range(n_generator)] for i in range(len(tasks))]
-    else:
-        g_out = _sample(engine, [ps[0] for ps in g_prompts], n_generator, temperature, top_p, max_new_tokens,
-                        None if seed is None else seed + 1)
-    results = []
-    for t, rp, ro, sel, gp, go in zip(tasks, r_parses, r_out, selections, g_prompts, g_out):
-        g_parses = [parse_generator(c.text, truncated=cut(c), rules=think_rule) for c in go]
-        results.append(QuestionRollout(
-            task=t, retriever=RoleSamples([r_prompts[len(results)]] * n_retriever, ro, rp), selected=sel,
-            generator=RoleSamples(gp * n_generator if len(gp) == 1 else gp, go, g_parses)))
+    r_parse, g_parse = training_parsers(spec.max_new_tokens, think_rule, retriever_parser, truncation)
+    retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
+    voted, seen = select(retrieved, spec.n_generator, vote_mode, vote_threshold)
+    generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
+    results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 4. execute every SQL against its gold (gold results are cached by the executor)
     execute_rollouts(results, compare_mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress)
     return results
@@ -188,6 +282,7 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, *, n_retrieve
 
 def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "multiset", timeout_s: float = 30.0,
                      workers: int = 0, progress: bool = False) -> None:
+    """§4 step 4: one executor batch for every generator sample; sets matches, statuses, match sets."""
     items = [(p.sql, r.task.example.sql, r.task.example.db_path) for r in rollouts for p in r.generator.parses]
     with phase("execution"):
         scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
@@ -197,7 +292,6 @@ def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "m
         n = len(r.generator.parses)
         chunk = scores[k:k + n]
         k += n
-        # Unparseable output never matches, whatever the executor says of an empty string.
-        r.matches = [bool(s.correct) and bool(p.sql) for s, p in zip(chunk, r.generator.parses)]
+        r.matches = [is_match(s.correct, p.sql) for s, p in zip(chunk, r.generator.parses)]
         r.exec_status = [s.pred_status for s in chunk]
         r.match_sets = [r.task.columns_of(p.sql) if m else None for p, m in zip(r.generator.parses, r.matches)]

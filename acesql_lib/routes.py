@@ -7,6 +7,10 @@ every `table.column` it reads in any scope) differs from the gold SQL's column s
 taken over execution-correct predictions whose two column sets both resolve; correct predictions
 with an unresolvable set are counted apart (`n_unresolved`), never silently in either bucket.
 Column names are compared case-insensitively, so sets read back from JSON compare like fresh ones.
+
+This module is the one home of both rules the kit applies to a scored SQL: `is_match` (execution
+Match) and `alternative_route` / `route_share` (alternative route). Evaluation records, GRPO's
+rollout metrics and distillation's summary all call them.
 """
 from __future__ import annotations
 
@@ -35,6 +39,26 @@ def _key(columns: Iterable[str] | None) -> frozenset[str] | None:
     if isinstance(columns, str):
         raise TypeError(f"a column set must be a collection of 'table.column', got the string {columns!r}")
     return frozenset(str(c).lower() for c in columns)
+
+
+def is_match(correct: Any, sql: str | None) -> bool:
+    """Execution Match of one prediction: the executor says correct AND a SQL was written.
+
+    Unparseable output (no SQL) never matches, whatever the executor says of an empty string.
+    """
+    return bool(correct) and bool(sql)
+
+
+def alternative_route(correct: Any, pred_columns: Iterable[str] | None,
+                      gold_columns: Iterable[str] | None) -> bool | None:
+    """Whether one prediction is on an alternative route (module doc): None unless it is correct
+    and both column sets resolve; names compare case-insensitively."""
+    if not bool(correct):
+        return None
+    pred, gold = _key(pred_columns), _key(gold_columns)
+    if pred is None or gold is None:
+        return None
+    return pred != gold
 
 
 def is_alternative_route(pred_sql: str, gold_sql: str, schema: Schema) -> bool | None:
@@ -71,15 +95,21 @@ def route_share(records: Iterable[Mapping[str, Any]] | pd.DataFrame) -> dict[str
         except KeyError as e:
             raise KeyError(f"route record {i}: missing field {e}") from None
         n += 1
-        if not bool(correct):
-            continue
-        n_correct += 1
-        if pred is None or gold is None:
+        n_correct += bool(correct)
+        alt = alternative_route(correct, pred, gold)
+        if alt is None:
             continue
         n_resolved += 1
-        n_alternative += pred != gold
+        n_alternative += alt
     return {"n": n, "n_correct": n_correct, "n_resolved": n_resolved, "n_unresolved": n_correct - n_resolved,
             "n_alternative": n_alternative, "share": n_alternative / n_resolved if n_resolved else float("nan")}
+
+
+def rollout_route_records(rollouts: Iterable[Any]) -> list[dict[str, Any]]:
+    """One route record per generator sample of `rollouts.QuestionRollout`s (its Match and the
+    column set of a matching SQL, against the task's gold set), for `route_share`."""
+    return [{"correct": m, "pred_columns": s, "gold_columns": r.task.gold_columns}
+            for r in rollouts for m, s in zip(r.matches, r.match_sets)]
 
 
 def route_table(df: pd.DataFrame, by: Sequence[str] = ("stage", "dataset")) -> pd.DataFrame:

@@ -85,7 +85,8 @@ def run_study(profile: str = "tiny", seeds: list[int] | None = None, overrides: 
     """Run (or resume) the study; returns `reports/<study>/`."""
     from .models import model_tag
     from .pipeline import run_pipeline
-    from .reports import ReportDirs, ReportInputs, build_figures, build_tables
+    from .paths import ReportDirs
+    from .reports import ReportInputs, build_figures, build_tables
 
     seeds, overrides = list(seeds if seeds is not None else [0, 1, 2]), dict(overrides or {})
     if len(seeds) < 1 or len(set(seeds)) != len(seeds):

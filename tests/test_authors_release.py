@@ -167,7 +167,7 @@ def test_the_released_pool_trains_like_any_pool(tmp_path, released, rows):
     alt = next(s for s in pool.weights(key) if s != gold)
     assert pool.targets(key) == [alt]  # 11 rollouts used another route than the gold SQL (age_data.age)
     pool.save(tmp_path / "pool.json")
-    assert ColumnSetPool.load(tmp_path / "pool.json").weights(key) == pool.weights(key)
+    assert ColumnSetPool.load(tmp_path / "pool.json", gamma=0.5).weights(key) == pool.weights(key)
     assert pool.visit(key) == [alt] and pool.weights(key) == {alt: 5.5, gold: 0.25}
     pool.add_matches(key, [gold] * 6)
     assert pool.targets(key) == [gold] and pool.weights(key)[gold] == 6.25
@@ -253,7 +253,7 @@ def test_seed_gold_rebuilds_the_released_pool_of_the_validation_questions(releas
     data = pool.to_dict()
     for q in data["questions"].values():
         q["sets"] = [s for s in q["sets"] if not (s[1] == 0.5 and sorted(s[0]) == q["gold"])]
-    rebuilt, seeded = P.seed_gold(ColumnSetPool.from_dict(data))
+    rebuilt, seeded = P.seed_gold(ColumnSetPool.from_dict(data, gamma=0.5))
     assert seeded == 8
     assert all(rebuilt.weights(r.key) == pool.weights(r.key) for r in rows)
 

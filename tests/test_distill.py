@@ -140,3 +140,15 @@ def test_initial_pool_follows_the_grpo_addition_rules(tasks):
                                "grpo.bare_table_columns": "anchor"})
     assert build_products(kit, ts, [rec], style="tiny").pool.weights(t.qid) == {frozenset(g0): 2,
                                                                                 frozenset(["anchor.pk"]): 1}
+
+
+def test_products_default_to_the_profiles_prompt_style(tasks):
+    """Without an explicit style, SFT prompts use model.prompt_style (once a hard-coded "paper")."""
+    _, ts = tasks
+    cfg = load_config("tiny", {"distill.n_generator": 1, "distill.rl_max_correct": 1})
+    recs = [record(ts[0], [(True, sorted(ts[0].gold_columns), 5)])]
+    assert cfg.model.prompt_style == "tiny"
+    default, tiny = build_products(cfg, ts, recs), build_products(cfg, ts, recs, style="tiny")
+    assert [s["prompt"] for s in default.sft_samples] == [s["prompt"] for s in tiny.sft_samples]
+    paper = build_products(cfg, ts, recs, style="paper")
+    assert [s["prompt"] for s in paper.sft_samples] != [s["prompt"] for s in tiny.sft_samples]

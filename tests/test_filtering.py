@@ -11,7 +11,8 @@ import pytest
 from acesql_lib.config import FilteringConfig
 from acesql_lib.datasets import Example
 from acesql_lib.filtering import (_complexity_quotas, distributions, filter_pool, load_pool, normalize_question,
-                                  normalize_sql, plot_distributions, save_pool)
+                                  normalize_sql, save_pool)
+from acesql_lib.reports import plot_distributions
 from acesql_lib.schema import Schema
 from acesql_lib.sqlcolumns import column_set
 

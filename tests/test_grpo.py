@@ -197,3 +197,18 @@ def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
     for key in ("reward/retriever", "reward/generator", "kl/generator", "grad_norm"):
         assert [s for s, _ in events[key]] == [r["step"] for r in rows] == [1, 2], key
         assert [v for _, v in events[key]] == pytest.approx([r[key] for r in rows], rel=1e-6), key
+
+
+def test_trainer_reads_the_prompt_style_from_the_config(template, tmp_path):
+    """build_trainer once derived the style from the profile name ("tiny" -> tiny), so a profile
+    with another model.prompt_style (the rehearsal) trained on prompts it never evaluated on."""
+    from acesql_lib.rollouts import retriever_prompt
+
+    run = fresh_run(template, tmp_path, "style")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert trainer.style == "paper"
+    rolls = trainer.collect()
+    r = rolls[0]
+    assert r.retriever.prompts[0] == retriever_prompt(r.task, trainer.tokenizer, "paper",
+                                                      ctx.cfg.engine.enable_thinking)

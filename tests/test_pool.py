@@ -104,13 +104,14 @@ def test_save_load_round_trip_is_exact(tmp_path):
         pool.add_matches("q1", [A])
     path = tmp_path / "sub" / "pool.json"
     pool.save(path)
-    loaded = ColumnSetPool.load(path)
+    loaded = ColumnSetPool.load(path, gamma=0.7)
     assert loaded.to_dict() == pool.to_dict()
     assert loaded.weights("q1") == pool.weights("q1")  # floats bit-exact (0.7 ** 3 etc.)
     assert loaded.gamma == 0.7 and loaded.mode == "sft_rollouts" and loaded.gold("q1") == GOLD
     assert loaded.visit("q1") == pool.visit("q1")
     assert [p.name for p in path.parent.iterdir()] == ["pool.json"]  # no temporary file left
     data = json.loads(path.read_text())
+    assert "gamma" not in data  # the decay lives in grpo.gamma only
     assert data["version"] == 1 and data["questions"]["q2"] == {"gold": ["t.a", "t.b", "t.c"], "visits": 0,
                                                                "sets": [[["t.a", "t.b", "t.c"], 1.0]]}
 
@@ -118,12 +119,11 @@ def test_save_load_round_trip_is_exact(tmp_path):
 def test_load_converts_mode(tmp_path):
     path = tmp_path / "pool.json"
     sft_pool().save(path)
-    assert ColumnSetPool.load(path, mode="union").weights("q1") == {A | B: 5.0}
+    assert ColumnSetPool.load(path, mode="union", gamma=0.5).weights("q1") == {A | B: 5.0}
 
 
 @pytest.mark.parametrize("data,field", [
     ({"version": 2, "gamma": 0.5, "questions": {}}, "version"),
-    ({"version": 1, "gamma": "x", "questions": {}}, "gamma"),
     ({"version": 1, "gamma": 0.5, "mode": "odd", "questions": {}}, "mode"),
     ({"version": 1, "gamma": 0.5, "questions": []}, "questions"),
     ({"version": 1, "gamma": 0.5, "questions": {"q9": {"gold": [], "sets": [[["t.a"], -1]]}}}, "q9"),
@@ -133,7 +133,19 @@ def test_load_rejects_malformed_files_naming_the_field(tmp_path, data, field):
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=field):
-        ColumnSetPool.load(path)
+        ColumnSetPool.load(path, gamma=0.5)
+
+
+def test_gamma_comes_from_the_loader_not_the_file(tmp_path):
+    """A pool written with one gamma and loaded for a run with another decays by the run's value."""
+    path = tmp_path / "pool.json"
+    ColumnSetPool.from_rollouts({"q1": [A, A]}, gold={"q1": GOLD}, gamma=0.5).save(path)
+    legacy = json.loads(path.read_text()) | {"gamma": 0.5}  # older files carried their own gamma
+    path.write_text(json.dumps(legacy))
+    pool = ColumnSetPool.load(path, gamma=0.25)
+    assert pool.gamma == 0.25
+    pool.visit("q1")
+    assert pool.weights("q1") == {A: 0.5}  # 2 * 0.25, not 2 * 0.5
 
 
 def test_bad_arguments():
@@ -158,3 +170,21 @@ def test_pool_additions_follow_the_format_gate():
     assert pool_additions([good], [True], [None]) == []  # unresolved SQL
     with pytest.raises(ValueError, match="gate"):
         pool_additions(parses, matches, sets, gate="reward")
+
+
+@pytest.mark.parametrize("pool_init", ["sft_rollouts", "sft_rollouts_plus_gold"])
+def test_distilled_pool_file_holds_no_gamma_and_grpo_reads_the_config(tmp_path, pool_init):
+    """Gamma lives in grpo.gamma only: distillation's pool.json does not carry it, and the GRPO
+    stage's starting pool decays by the config's value (also after gold seeding)."""
+    from types import SimpleNamespace
+
+    from acesql_lib.config import load_config
+    from acesql_lib.pool_init import initial_pool
+
+    ColumnSetPool.from_rollouts({"q1": [A, A]}, gold={"q1": GOLD}, gamma=0.5).save(tmp_path / "pool.json")
+    assert "gamma" not in json.loads((tmp_path / "pool.json").read_text())
+    cfg = load_config("tiny", {"grpo.gamma": 0.25, "grpo.pool_init": pool_init})
+    pool = initial_pool(cfg, SimpleNamespace(distill=tmp_path), [])
+    assert pool.gamma == 0.25
+    pool.visit("q1")
+    assert pool.weights("q1")[A] == 0.5

@@ -5,6 +5,7 @@ import csv
 import json
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import pytest
 import yaml
 from PIL import Image
@@ -404,11 +405,11 @@ def test_figures_keep_one_quantity_per_panel_legends_off_the_data_and_colours_pe
         assert len(fig.legends) == 1
         box = fig.legends[0].get_window_extent()
         assert not any(box.overlaps(ax.get_window_extent()) for ax in fig.axes), make.__name__
-        reports.plt.close(fig)
+        plt.close(fig)
     fig = reports.fig_pool(logs, reports.ReportInputs(dirs.metrics, dirs.run), load_config("tiny"))
     labels = [ln.get_label() for ln in fig.axes[2].lines if not ln.get_label().startswith("_")]
     assert labels and all(lab.endswith("(mean of 3 steps)") for lab in labels)  # noisy route shares smoothed, said so
-    reports.plt.close(fig)
+    plt.close(fig)
 
 
 def test_seeds_are_drawn_as_a_band_around_their_mean(tmp_path):
@@ -426,7 +427,7 @@ def test_seeds_are_drawn_as_a_band_around_their_mean(tmp_path):
     ax = fig.axes[0]
     assert len(ax.collections) == 1  # the band
     assert [ln.get_label() for ln in ax.lines] == ["full (mean of 2 seeds, band min-max)"]
-    reports.plt.close(fig)
+    plt.close(fig)
 
 
 def test_a_share_written_in_percent_is_reported_not_rescaled(tmp_path, tiny_cfg):
@@ -439,3 +440,32 @@ def test_a_share_written_in_percent_is_reported_not_rescaled(tmp_path, tiny_cfg)
     full = table.rows[[r[0] for r in table.rows].index("+ ACE-SQL full")]
     assert full[table.columns.index("Retriever P / R / exact (profile tiny)")].endswith(" / ?")
     assert any("column_exact_match: share 38 is outside [0, 1]" in p for p in inputs.problems)
+
+
+def test_stage_figures_live_in_reports_and_draw_what_the_stages_write(tmp_path):
+    """Figures of notebooks 00-03 are drawn by `reports`; distillation's summary, written by its own
+    function, may carry no route share (None: no correct set resolved) and still gets its figure."""
+    import sqlite3
+
+    from acesql_lib import distill, filtering
+    from acesql_lib.config import load_config
+    from acesql_lib.datasets import Example
+    from acesql_lib.distill import build_products
+    from acesql_lib.rollouts import Task
+    from acesql_lib.schema import Schema
+
+    assert not hasattr(distill, "plot_distillation") and not hasattr(filtering, "plot_distributions")
+    db = tmp_path / "t.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+    task = Task(Example("q0", "t", "q", "", "SELECT a FROM t", "", "", "bird", str(db)), Schema.from_sqlite(db))
+    rec = {"qid": "q0", "gold_columns": [], "selected": [], "retriever": [],
+           "generator": [{"text": "", "sql": "", "n_tokens": 1, "well_formed": False, "match": False, "columns": None}]}
+    summary = build_products(load_config("tiny", {"distill.n_generator": 1, "distill.rl_max_correct": 1}),
+                             [task], [rec], style="tiny").summary
+    assert summary["alt_route_share"] is None
+    out = [*reports.plot_distillation(summary, tmp_path, ("png",), (1, 1)),
+           *reports.plot_data_routes({"train": 0.3, "dev": 0.25}, tmp_path, ("png",)),
+           *reports.plot_sft_loss([1, 2, 3], [2.0, 1.5, 1.2], tmp_path, ("png",))]
+    assert [p.name for p in out] == ["distill_pass_rates.png", "data_routes.png", "sft_loss.png"]
+    assert all(Image.open(p).size[0] > 100 for p in out)

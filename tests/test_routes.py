@@ -158,3 +158,92 @@ def test_tinyworld_alternatives_are_correct_routes(tiny):
     assert (share["n_correct"], share["n_resolved"]) == (n_correct, n_correct)
     assert share["n_alternative"] == sum(expected_alt) > 0
     assert share["share"] == pytest.approx(sum(expected_alt) / n_correct)
+
+
+# ---------------------------------------------------------------------------------------------
+# One definition, used by every former copy (evaluate records, GRPO's rollout metrics, distillation)
+
+
+def test_match_rule_needs_a_sql_whatever_the_executor_says():
+    from acesql_lib.routes import is_match
+
+    assert is_match(True, "SELECT 1") is True
+    assert is_match(True, "") is False and is_match(True, None) is False  # unparseable output never matches
+    assert is_match(False, "SELECT 1") is False and is_match(0, "SELECT 1") is False
+
+
+def test_alternative_route_of_one_prediction_ignores_case_and_needs_both_sets():
+    from acesql_lib.routes import alternative_route
+
+    assert alternative_route(True, ["T.A", "t.b"], ["t.a", "t.b"]) is False  # evaluate once compared case-sensitively
+    assert alternative_route(True, ["t.a", "t.c"], ["t.a", "t.b"]) is True
+    assert alternative_route(True, None, ["t.a"]) is None and alternative_route(True, ["t.a"], None) is None
+    assert alternative_route(False, ["t.z"], ["t.a"]) is None  # a wrong prediction is no route
+    assert alternative_route(True, float("nan"), ["t.a"]) is None  # a missing cell read back from a DataFrame
+
+
+def _rollouts_on(shop, rows):
+    """QuestionRollouts on the shop database, executed for real; rows = [(gold, [generator SQL, ...])]."""
+    from acesql_lib.datasets import Example
+    from acesql_lib.engines import Completion
+    from acesql_lib.prompts import GeneratorParse
+    from acesql_lib.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
+
+    db, schema = shop
+    rolls = []
+    for i, (gold, sqls) in enumerate(rows):
+        ex = Example(f"q{i}", "shop", "q", "", gold, "", "", "bird", str(db))
+        parses = [GeneratorParse(s, True, bool(s), False) for s in sqls]
+        comps = [Completion(s, [1], 1, False) for s in sqls]
+        rolls.append(QuestionRollout(Task(ex, schema), RoleSamples([], [], []), frozenset(),
+                                     RoleSamples([""] * len(sqls), comps, parses)))
+    execute_rollouts(rolls, compare_mode="multiset", timeout_s=5.0, workers=1)
+    return rolls
+
+
+def test_grpo_rollout_metrics_use_the_routes_definition(shop):
+    """GRPO's route/alt_share is `route_share` over the rollouts: NaN (not 0.0) when no correct set
+    resolves, and the same number as the per-record definition when some do."""
+    from acesql_lib.grpo import _rollout_metrics
+    from acesql_lib.routes import rollout_route_records
+
+    q0, q1 = QUESTIONS
+    rolls = _rollouts_on(shop, [(q0["gold"], [q0["same_route"], q0["alternative"], q0["wrong"], ""]),
+                                (q1["gold"], [q1["alternative"], q1["gold"]])])
+    assert [r.matches for r in rolls] == [[True, True, False, False], [True, True]]
+    records = rollout_route_records(rolls)
+    assert len(records) == 6 and route_share(records)["n_alternative"] == 2
+    assert _rollout_metrics(rolls)["route/alt_share"] == pytest.approx(2 / 4)
+    none = _rollouts_on(shop, [(q0["gold"], [q0["wrong"]])])
+    assert math.isnan(_rollout_metrics(none)["route/alt_share"])  # 0.0 would read as "no alternative route"
+
+
+def test_distillation_summary_uses_the_routes_definition(shop):
+    """Distillation counted every correct set as alternative when the gold did not resolve, and
+    compared sets case-sensitively; now its share is `route_share` of the same records."""
+    from acesql_lib.config import load_config
+    from acesql_lib.distill import build_products
+    from acesql_lib.rollouts import Task
+
+    db, schema = shop
+    from acesql_lib.datasets import Example
+
+    q0 = QUESTIONS[0]
+    tasks = [Task(Example(f"q{i}", "shop", "q", "", q0["gold"], "", "", "bird", str(db)), schema) for i in range(2)]
+    gold = sorted(tasks[0].gold_columns)
+
+    def rec(qid, gold_columns, columns):
+        return {"qid": qid, "gold_columns": gold_columns, "selected": gold,
+                "retriever": [{"text": "x", "columns": gold, "n_tokens": 1, "well_formed": True}],
+                "generator": [{"text": "x", "sql": "SELECT 1", "n_tokens": 1, "well_formed": True, "format_ok": True,
+                               "match": c is not False, "columns": None if c is False else c} for c in columns]}
+
+    cfg = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3})
+    recs = [rec("q0", gold, [[c.upper() for c in gold], gold[:1], False]),  # same set in capitals; one alternative
+            rec("q1", [], [gold, gold[:1], None])]  # gold unresolved (written as []): no route counted
+    p = build_products(cfg, tasks, recs, style="tiny")
+    expected = route_share([{"correct": g["match"], "pred_columns": g["columns"],
+                             "gold_columns": r["gold_columns"] or None} for r in recs for g in r["generator"]])
+    assert expected["n_resolved"] == 2 and expected["share"] == 0.5
+    assert p.alt_route_share == 0.5 and p.summary["correct_rollouts"] == 5 and p.summary["route_resolved"] == 2
+    assert build_products(cfg, tasks, recs[1:], style="tiny").alt_route_share is None  # none resolves
