@@ -44,7 +44,7 @@ from .config import Config, code_hash, settings_hash
 from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
-from .prompts import generator_messages, generator_target, retriever_messages, retriever_target
+from .prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
 from .sft import train_sft
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
@@ -137,10 +137,14 @@ def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str
         question, evidence, sql = ex.question, ex.evidence, ex.sql
         if value_swap and rng.random() < value_swap:
             question, evidence, sql = swap_values(question, evidence, sql, rng) or (question, evidence, sql)
-        samples.append({"prompt": retriever_messages(schema.to_ddl(), question, evidence, style=style),
+        index = getattr(schema, "values_index", None)  # the prompts' question-relevant values, as a Task shows them
+        relevant = index.relevant_values(question_text(question, evidence)) if index is not None else None
+        samples.append({"prompt": retriever_messages(schema.to_ddl(relevant_values=relevant), question, evidence,
+                                                     style=style),
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(columns, tiny_think(columns, "retriever"))}]})
-        samples.append({"prompt": generator_messages(schema.to_ddl(columns), question, evidence, style=style),
+        samples.append({"prompt": generator_messages(schema.to_ddl(columns, relevant_values=relevant), question,
+                                                     evidence, style=style),
                         "completion": [{"role": "assistant",
                                         "content": generator_target(sql, tiny_think(columns, "generator"))}]})
     return samples, skipped
@@ -230,6 +234,14 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
     torch.manual_seed(cfg.seed)
     pool = load_train_pool(cfg, world)
     schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    if cfg.data.schema_style != "kit" or cfg.data.relevant_values:
+        # the schema text the profile's prompts show (distill.make_tasks): a base trained on the kit's
+        # DDL text read the authors' text as unseen input and got no rollout right (the rehearsal)
+        from .values_index import attach
+
+        db_paths = {ex.db_id: ex.db_path for ex in pool}
+        for db_id, schema in schemas.items():
+            attach(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
     samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
     tokenizer = base_tokenizer(samples, cfg.model.tiny_vocab_size)
     m = cfg.model
