@@ -214,6 +214,20 @@ def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
     return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
 
 
+def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str, Any]:
+    """db_id -> Schema with the text the profile's prompts show (`data.schema_style`, question-relevant
+    values with `data.relevant_values`), as `distill.make_tasks` gives them: a base trained on the kit's
+    DDL text reads the authors' text as unseen input (the rehearsal's base then got no rollout right)."""
+    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    if cfg.data.schema_style != "kit" or cfg.data.relevant_values:
+        from .values_index import attach
+
+        db_paths = {ex.db_id: ex.db_path for ex in pool}
+        for db_id, schema in schemas.items():
+            attach(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
+    return schemas
+
+
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
                     eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
     """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
@@ -233,15 +247,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     pool = load_train_pool(cfg, world)
-    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
-    if cfg.data.schema_style != "kit" or cfg.data.relevant_values:
-        # the schema text the profile's prompts show (distill.make_tasks): a base trained on the kit's
-        # DDL text read the authors' text as unseen input and got no rollout right (the rehearsal)
-        from .values_index import attach
-
-        db_paths = {ex.db_id: ex.db_path for ex in pool}
-        for db_id, schema in schemas.items():
-            attach(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
+    schemas = profile_schemas(cfg, paths, pool)
     samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
     tokenizer = base_tokenizer(samples, cfg.model.tiny_vocab_size)
     m = cfg.model
