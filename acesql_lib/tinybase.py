@@ -44,7 +44,7 @@ from .config import Config, code_hash, settings_hash
 from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
-from .prompts import generator_messages, generator_target, retriever_messages, retriever_target
+from .prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
 from .sft import train_sft
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
@@ -137,10 +137,14 @@ def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str
         question, evidence, sql = ex.question, ex.evidence, ex.sql
         if value_swap and rng.random() < value_swap:
             question, evidence, sql = swap_values(question, evidence, sql, rng) or (question, evidence, sql)
-        samples.append({"prompt": retriever_messages(schema.to_ddl(), question, evidence, style=style),
+        index = getattr(schema, "values_index", None)  # the prompts' question-relevant values, as a Task shows them
+        relevant = index.relevant_values(question_text(question, evidence)) if index is not None else None
+        samples.append({"prompt": retriever_messages(schema.to_ddl(relevant_values=relevant), question, evidence,
+                                                     style=style),
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(columns, tiny_think(columns, "retriever"))}]})
-        samples.append({"prompt": generator_messages(schema.to_ddl(columns), question, evidence, style=style),
+        samples.append({"prompt": generator_messages(schema.to_ddl(columns, relevant_values=relevant), question,
+                                                     evidence, style=style),
                         "completion": [{"role": "assistant",
                                         "content": generator_target(sql, tiny_think(columns, "generator"))}]})
     return samples, skipped
@@ -199,10 +203,12 @@ def base_sft_config(cfg: Config):
                    gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10, report_to="none")
 
 
-def base_training_data(cfg: Config, world: TinyWorld) -> tuple[list[dict[str, Any]], int, Any]:
-    """The base model's SFT samples (both roles), the number of questions skipped, and its tokenizer."""
+def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
+                       ) -> tuple[list[dict[str, Any]], int, Any]:
+    """The base model's SFT samples (both roles), the number of questions skipped, and its tokenizer;
+    the prompts carry the schema text the profile's own prompts show (`profile_schemas`)."""
     pool = load_train_pool(cfg, world)
-    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    schemas = profile_schemas(cfg, paths or Paths.from_config(cfg), pool)
     samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
     return samples, skipped, base_tokenizer(samples, cfg.model.tiny_vocab_size)
 
@@ -216,6 +222,20 @@ def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
         print(f"[tinybase] skipped {len(loaded.skipped)} malformed pool records, first: {loaded.skipped[:3]}")
     examples = list(loaded)
     return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
+
+
+def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str, Any]:
+    """db_id -> Schema with the text the profile's prompts show (`data.schema_style`, question-relevant
+    values with `data.relevant_values`), as `distill.make_tasks` gives them: a base trained on the kit's
+    DDL text reads the authors' text as unseen input (the rehearsal's base then got no rollout right)."""
+    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    if cfg.data.schema_style != "kit" or cfg.data.relevant_values:
+        from .values_index import attach
+
+        db_paths = {ex.db_id: ex.db_path for ex in pool}
+        for db_id, schema in schemas.items():
+            attach(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
+    return schemas
 
 
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
@@ -236,7 +256,7 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
             return out
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    samples, skipped, tokenizer = base_training_data(cfg, world)
+    samples, skipped, tokenizer = base_training_data(cfg, world, paths)
     m = cfg.model
     model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
                              m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)

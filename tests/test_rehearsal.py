@@ -290,3 +290,29 @@ def test_robustness_downloads_unpack_the_repository_archives(tmp_path, monkeypat
     assert len(load_spider_syn(syn, spider / "database")) == 10
     real = download_spider_realistic(tmp_path / "real", url=(roots.spider_realistic / "spider-realistic.json").as_uri())
     assert len(load_spider_realistic(real, spider / "database")) == 10
+
+
+def test_tiny_base_trains_on_the_prompts_distillation_shows(tmp_path):
+    """The rehearsal's base learns the paper profile's schema text (authors' style, question-relevant
+    values first), byte for byte the retriever and generator prompts of distillation; trained on the
+    kit's DDL text instead, it got no rollout right."""
+    from acesql_lib.datasets import load_synsql
+    from acesql_lib.distill import make_tasks
+    from acesql_lib.paths import Paths
+    from acesql_lib.prompts import generator_messages, retriever_messages
+    from acesql_lib.tinybase import gold_samples, profile_schemas
+
+    cfg = load_config("rehearsal", {"run_dir": str(tmp_path / "run")})
+    world = build_tinyworld(tmp_path / "world", seed=cfg.data.seed, n_train=12, n_dev=4)
+    pool = list(load_synsql(world.train_json, world.train_db_root))
+    paths = Paths.from_config(cfg)
+    samples, skipped = gold_samples(pool, profile_schemas(cfg, paths, pool), style="paper")
+    tasks = make_tasks(pool, cfg.data.n_example_values, cfg.data.example_max_chars, cfg.data,
+                       paths.run / "values_index")
+    assert skipped == 0 and len(samples) == 2 * len(tasks)
+    for task, ret, gen in zip(tasks, samples[::2], samples[1::2]):
+        ex = task.example
+        assert ret["prompt"] == retriever_messages(task.full_ddl, ex.question, ex.evidence, style="paper")
+        assert gen["prompt"] == generator_messages(task.schema_text(task.gold_columns), ex.question, ex.evidence,
+                                                   style="paper")
+    assert "CREATE TABLE" in samples[0]["prompt"][-1]["content"]
