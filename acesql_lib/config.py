@@ -475,7 +475,15 @@ def code_hash(*modules: str, length: int = 16) -> str:
     """`source_digest` of this package's modules by name ("tinybase", "sft", ...): part of the reuse key
     of an artefact those modules build, so a fresh clone of newer code never reuses an older build."""
     here = Path(__file__).resolve().parent
-    return source_digest([here / f"{m}.py" for m in modules], length)
+    files: list[Path] = []
+    for m in modules:  # a module file, or every file of a package (executor/, tinyworld/, reports/)
+        if (here / f"{m}.py").is_file():
+            files.append(here / f"{m}.py")
+        elif (here / m / "__init__.py").is_file():
+            files += sorted((here / m).glob("*.py"))
+        else:
+            raise FileNotFoundError(f"code_hash: no module or package {m!r} in {here}")
+    return source_digest(files, length)
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:

@@ -91,3 +91,21 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
         runs.append(evaluate(model, tok, examples, schemas, cfg, mode="set", progress=False).records)
     assert runs[0] == runs[1]
     assert any(r["retriever_tokens"] > 1 for r in runs[0])  # something was generated, not two empty runs
+
+
+def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
+    """`executor` and `tinyworld` are packages: their key is every file of theirs, so an edit to one
+    of their modules changes it (a study keyed on "executor" once failed: no executor.py)."""
+    import acesql_lib.config as config
+
+    assert len(code_hash("executor", "tinyworld", "reports")) == 16  # the real packages
+    pkg = tmp_path / "acesql_lib"
+    (pkg / "executor").mkdir(parents=True)
+    (pkg / "config.py").write_text("")
+    (pkg / "executor" / "__init__.py").write_text("")
+    (pkg / "executor" / "sandbox.py").write_text("LIMIT = 1\n")
+    (pkg / "executor" / "batch.py").write_text("def f():\n    return 1\n")
+    monkeypatch.setattr(config, "__file__", str(pkg / "config.py"))
+    before = config.code_hash("executor")
+    (pkg / "executor" / "sandbox.py").write_text("LIMIT = 2\n")
+    assert config.code_hash("executor") != before
