@@ -60,6 +60,8 @@ class PeakSampler(threading.Thread):
         while not self.stop.is_set():
             pool = workers._SINGLE
             for w in (pool.workers if pool else []):
+                if w is None:  # a slot emptied by a hard stop, refilled on the next call
+                    continue
                 try:
                     with open(f"/proc/{w.proc.pid}/status") as f:
                         rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
