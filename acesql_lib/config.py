@@ -129,6 +129,8 @@ class ModelConfig:
     tiny_base_scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
     tiny_base_warmup_ratio: float = 0.05
     tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
+    tiny_base_length_split: int = 4  # base build: forward passes per batch, rows sorted by length (same loss; CPU speed)
+    tiny_base_completion_head: bool = True  # base build: LM head on completion positions only (same loss; CPU speed)
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
 
     def __post_init__(self) -> None:

@@ -195,12 +195,15 @@ def base_sft_config(cfg: Config):
     """The base model's SFT settings: the profile's SFT block with the model.tiny_base_* values.
 
     Only what shapes the base model is kept from the SFT block (max_length, optimizer details), so a
-    change meant for stage 1's mixed SFT (epochs, logging) does not rebuild the base model.
+    change meant for stage 1's mixed SFT (epochs, logging) does not rebuild the base model. The two
+    speed settings (length-sorted passes, completion-only LM head; same loss and gradient) are the
+    base build's own, so the paper profile's GPU settings for stage 1 do not slow the rehearsal's base.
     """
     return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
                    gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
                    lr_scheduler_type=cfg.model.tiny_base_scheduler, warmup_ratio=cfg.model.tiny_base_warmup_ratio,
-                   gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10, report_to="none")
+                   gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10, report_to="none",
+                   length_split=cfg.model.tiny_base_length_split, completion_head=cfg.model.tiny_base_completion_head)
 
 
 def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
