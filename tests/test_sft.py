@@ -153,6 +153,15 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     # ...while a stage-1 SFT setting that the base recipe does not use leaves it alone
     c = load_config("tiny", {"sft.num_epochs": 5, "sft.logging_steps": 3, "distill.temperature": 0.2})
     assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(c, world))
+    # the base build's speed settings are its own: the paper profile's stage-1 GPU settings (one padded
+    # pass, full LM head) do not reach it, the model.tiny_base_* ones do
+    from acesql_lib.tinybase import base_sft_config
+
+    paper = load_config("paper")
+    assert (paper.sft.length_split, paper.sft.completion_head) == (1, False)
+    assert (base_sft_config(paper).length_split, base_sft_config(paper).completion_head) == (4, True)
+    slow = load_config("paper", {"model.tiny_base_length_split": 1, "model.tiny_base_completion_head": False})
+    assert (base_sft_config(slow).length_split, base_sft_config(slow).completion_head) == (1, False)
 
 
 def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
