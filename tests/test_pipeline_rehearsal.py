@@ -10,7 +10,6 @@ correct rollouts. The data roots move into the test's folder, so `make reproduce
 is never touched; a base model that run already built is copied in and reused only when its
 manifest's settings hash matches (`tinybase.build_tiny_base` checks it, else it rebuilds).
 """
-import csv
 import json
 import shutil
 
@@ -19,14 +18,12 @@ import pytest
 from acesql_lib.config import REPO_ROOT as REPO, load_config
 from acesql_lib.pipeline import run_pipeline
 from acesql_lib.preflight import MISSING
-from acesql_lib.reports import FIGURES, TABLES
+from pipeline_checks import NOTEBOOKS, assert_every_artefact, table_rows
 
 pytestmark = pytest.mark.notebook
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 SMOKE = {"grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 2}
-NOTEBOOKS = ["00_data", "01_source_filtering", "02_self_distillation", "03_mixed_sft", "04_joint_grpo",
-             "05_evaluation", "06_ablations", "07_tables_and_figures"]
 
 
 def test_rehearsal_pipeline_end_to_end(tmp_path):
@@ -59,16 +56,11 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
         for name in sets:
             assert stage[name]["n"] == SMOKE["eval.max_examples"] and 0 <= stage[name]["ex"] <= 100, (name, stage[name])
 
-    for name in TABLES:
-        for ext in ("csv", "md", "tex"):
-            assert (reports / "tables" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
-    for name in FIGURES:
-        for ext in ("png", "pdf"):
-            assert (reports / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+    assert_every_artefact(reports)
     # this run's rows: Table 1, the efficiency table and the robustness table (Table 3) hold the RL
     # model's EX of this run on each set, with its CI
     rl, sft = stages["rl"], stages["sft"]
-    ours = lambda table: [r for r in _rows(reports, table) if r.get("Source") == "profile rehearsal"]  # noqa: E731
+    ours = lambda table: [r for r in table_rows(reports, table) if r.get("Source") == "profile rehearsal"]  # noqa: E731
     (main,) = ours("table1_main")
     for name, column in (("bird_dev", "BIRD dev"), ("spider_dev", "Spider dev"), ("spider_test", "Spider test")):
         assert main[column].startswith(f"{rl[name]['ex']:.1f} ["), (name, main)
@@ -80,11 +72,6 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
     assert efficiency["ACE-SQL SFT + RL (this kit)"]["EX"].startswith(f"{rl['bird_dev']['ex']:.1f} [")
     assert efficiency["ACE-SQL SFT (this kit)"]["EX"].startswith(f"{sft['bird_dev']['ex']:.1f} [")
     assert float(efficiency["ACE-SQL SFT + RL (this kit)"]["Output tokens / query"]) > 0
-    ablation = _rows(reports, "table4_ablation")
+    ablation = table_rows(reports, "table4_ablation")
     column = "EX (profile rehearsal)"
     assert len(ablation) >= 5 and all(r[column][:1].isdigit() for r in ablation[:5]), ablation
-
-
-def _rows(reports, table: str) -> list[dict[str, str]]:
-    with open(reports / "tables" / f"{table}.csv", newline="") as f:
-        return list(csv.DictReader(f))

@@ -13,6 +13,7 @@ import pytest
 
 from acesql_lib.pipeline import run_pipeline
 from acesql_lib.reports import FIGURES, TABLES
+from pipeline_checks import NOTEBOOKS, assert_every_artefact
 
 pytestmark = pytest.mark.notebook
 
@@ -28,17 +29,11 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     reports = tmp_path / "reports"
     runs = run_pipeline("tiny", overrides={"run_dir": str(tmp_path / "run"), "reports_dir": str(reports),
                                            "data.tinyworld_dir": str(tmp_path / "world"), **SMOKE}, progress=False)
-    assert [r.name for r in runs] == ["00_data", "01_source_filtering", "02_self_distillation", "03_mixed_sft",
-                                      "04_joint_grpo", "05_evaluation", "06_ablations", "07_tables_and_figures"]
+    assert [r.name for r in runs] == NOTEBOOKS
     assert all(r.status == "ok" for r in runs)
     for nb in runs:
         assert (reports / "executed" / f"{nb.name}.ipynb").exists()
-    for name in TABLES:
-        for ext in ("csv", "md", "tex"):
-            assert (reports / "tables" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
-    for name in FIGURES:
-        for ext in ("png", "pdf"):
-            assert (reports / "figures" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+    assert_every_artefact(reports)
 
     m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
     data = m("00_data")
