@@ -131,6 +131,7 @@ class ModelConfig:
     tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
     tiny_base_length_split: int = 4  # base build: forward passes per batch, rows sorted by length (same loss; CPU speed)
     tiny_base_completion_head: bool = True  # base build: LM head on completion positions only (same loss; CPU speed)
+    tiny_base_compile: bool = False  # base build: torch.compile the decoder (same loss to 1e-6; CPU speed)
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
 
     def __post_init__(self) -> None:

@@ -269,11 +269,16 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     sft_cfg = replace(base_sft_config(cfg), report_to=cfg.sft.report_to)  # tracking does not shape the model
-    result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny_base_steps,
-                       seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
-                       group_by_length=m.tiny_base_group_by_length,
-                       eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
-                       desc="base model")
+    if m.tiny_base_compile:  # the decoder's forward only, for the build; the saved weights keep their names
+        model.model.forward = torch.compile(model.model.forward, dynamic=True)
+    try:
+        result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny_base_steps,
+                           seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
+                           group_by_length=m.tiny_base_group_by_length,
+                           eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
+                           desc="base model")
+    finally:
+        model.model.__dict__.pop("forward", None)  # back to the eager forward
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,

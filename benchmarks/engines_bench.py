@@ -33,6 +33,7 @@ def _timed(engine, prompts: list[str], n: int, max_new_tokens: int) -> tuple[flo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="tiny", help="the model sizes (model.tiny_*) of this profile")
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--n", type=int, default=8, help="samples per prompt (§4: 8)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -43,12 +44,12 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib.config import ModelConfig
+    from acesql_lib.config import load_config
     from acesql_lib.engines import HFEngine, VLLMEngine
     from acesql_lib.models import build_tiny_from_config, save_tiny
 
     torch.manual_seed(0)
-    cfg = ModelConfig()  # the tiny profile's default sizes
+    cfg = load_config(args.profile).model  # the profile's tiny model (configs/tiny.yaml: 0.43M parameters)
     model, tokenizer = build_tiny_from_config(cfg, _texts())
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
                for t in _texts(args.prompts)]
@@ -66,7 +67,7 @@ def main() -> None:
         sync_s = time.perf_counter() - start
 
     result = {
-        "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
+        "profile": args.profile, "parameters": sum(p.numel() for p in model.parameters()), "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
         "torch_threads": torch.get_num_threads(),
         "hf_tokens": hf_tokens, "hf_seconds": round(hf_s, 3), "hf_tokens_per_s": round(hf_tokens / hf_s, 1),
         "vllm_tokens": vllm_tokens, "vllm_seconds": round(vllm_s, 3),

@@ -240,3 +240,35 @@ def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padd
         assert (grad - ref_grad).abs().max() < 1e-5, (split, head)
     whole, cut = padding_share([batch], 1), padding_share([batch], 3)
     assert whole["real_tokens"] == cut["real_tokens"] and cut["pad_share"] < whole["pad_share"] / 2
+
+
+def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_path):
+    """`model.tiny_base_compile` compiles the decoder for the build only: the same seed's build with and
+    without it ends at the same loss and weights (up to float summation order), and the saved files
+    are those of the eager model (no `_orig_mod` names), so every later stage loads them as usual."""
+    from safetensors.torch import load_file
+
+    from acesql_lib.context import RunContext
+    from acesql_lib.tinybase import MANIFEST, build_tiny_base
+    from acesql_lib.tinyworld import build_tinyworld
+
+    def build(compiled: bool):
+        ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / f"run{int(compiled)}"),
+                                         "data.tinyworld_dir": str(tmp_path / "world"), "data.tiny_n_train": 40,
+                                         "data.tiny_n_dev": 10, "model.tiny_base_steps": 6,
+                                         "model.tiny_base_batch_size": 8, "model.tiny_base_compile": compiled})
+        world = build_tinyworld(ctx.paths.tinyworld, ctx.cfg.data.seed, 40, 10)
+        path = build_tiny_base(ctx.cfg, ctx.paths, world, progress=False)
+        return json.loads((path / MANIFEST).read_text()), load_file(str(path / "model.safetensors"))
+
+    eager_manifest, eager = build(False)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled_manifest, compiled = build(True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the build really ran compiled
+    assert compiled_manifest["config_hash"] != eager_manifest["config_hash"]  # the setting is in the reuse key
+    assert compiled_manifest["steps"] == eager_manifest["steps"] == 6
+    assert abs(compiled_manifest["train_loss"] - eager_manifest["train_loss"]) < 1e-4
+    assert set(compiled) == set(eager) and not any("_orig_mod" in k for k in compiled)
+    for name, tensor in eager.items():
+        assert torch.allclose(compiled[name], tensor, atol=1e-4), name
