@@ -33,7 +33,8 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,22 @@ def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str,
     return schemas
 
 
+@contextmanager
+def compiled_decoder(model: Any, enabled: bool = True) -> Iterator[Any]:
+    """Within the block the decoder's forward runs through `torch.compile` (dynamic shapes); after it,
+    the eager forward is back. Only the forward is wrapped, so the weights keep their names
+    (`model.tiny_base_compile`; benchmarks/tiny_base_speed.py measures it)."""
+    if not enabled:
+        yield model
+        return
+    decoder = model.get_decoder()
+    decoder.forward = torch.compile(decoder.forward, dynamic=True)
+    try:
+        yield model
+    finally:
+        decoder.__dict__.pop("forward", None)
+
+
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
                     eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
     """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
@@ -269,16 +286,12 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
                          f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     sft_cfg = replace(base_sft_config(cfg), report_to=cfg.sft.report_to)  # tracking does not shape the model
-    if m.tiny_base_compile:  # the decoder's forward only, for the build; the saved weights keep their names
-        model.model.forward = torch.compile(model.model.forward, dynamic=True)
-    try:
+    with compiled_decoder(model, m.tiny_base_compile):
         result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny_base_steps,
                            seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
                            group_by_length=m.tiny_base_group_by_length,
                            eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
                            desc="base model")
-    finally:
-        model.model.__dict__.pop("forward", None)  # back to the eager forward
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,

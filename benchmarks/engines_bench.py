@@ -67,7 +67,8 @@ def main() -> None:
         sync_s = time.perf_counter() - start
 
     result = {
-        "profile": args.profile, "parameters": sum(p.numel() for p in model.parameters()), "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
+        "profile": args.profile, "parameters": sum(p.numel() for p in model.parameters()),
+        "prompts": args.prompts, "n": args.n, "max_new_tokens": args.max_new_tokens,
         "torch_threads": torch.get_num_threads(),
         "hf_tokens": hf_tokens, "hf_seconds": round(hf_s, 3), "hf_tokens_per_s": round(hf_tokens / hf_s, 1),
         "vllm_tokens": vllm_tokens, "vllm_seconds": round(vllm_s, 3),

@@ -39,7 +39,7 @@ from acesql_lib.context import RunContext  # noqa: E402
 from acesql_lib.models import build_tiny_model  # noqa: E402
 from acesql_lib.sft import check_samples, make_trainer, padding_share  # noqa: E402
 from transformers import TrainerCallback, set_seed  # noqa: E402
-from acesql_lib.tinybase import base_sft_config, base_training_data  # noqa: E402
+from acesql_lib.tinybase import base_sft_config, base_training_data, compiled_decoder  # noqa: E402
 from acesql_lib.tinyworld import build_tinyworld  # noqa: E402
 
 
@@ -72,8 +72,6 @@ def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, step
     torch.manual_seed(cfg.seed)
     model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
                              m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
-    if numerics == "compile":  # the decoder's forward only: the saved weights keep their names
-        model.model.forward = torch.compile(model.model.forward, dynamic=True)
     sft_cfg = replace(base_sft_config(cfg), length_split=split, completion_head=head, logging_steps=1)
     set_seed(cfg.seed)
     timer = _StepTimes()
@@ -83,7 +81,8 @@ def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, step
     if numerics == "bf16":  # the Trainer runs every loss inside this context manager
         trainer.compute_loss_context_manager = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     t0 = time.perf_counter()
-    trainer.train()
+    with compiled_decoder(model, numerics == "compile"):
+        trainer.train()
     seconds = time.perf_counter() - t0
     batches = []
     for i, batch in enumerate(trainer.get_train_dataloader()):  # the same seeded order the steps saw
@@ -135,6 +134,9 @@ def main(argv=None) -> dict:
             row["round"] = r
             runs.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
+    base = runs[0]
+    gap = lambda rows: max((abs(a - b) for x in rows for a, b in zip(x["losses"], base["losses"])),  # noqa: E731
+                           default=0.0)
     summary = {}
     for split, head, threads, numerics in variants:
         rows = [x for x in runs if (x["split"], x["completion_head"], x["threads"], x["numerics"])
@@ -142,18 +144,11 @@ def main(argv=None) -> dict:
         summary[f"split{split}_head{'On' if head else 'Off'}_threads{threads}_{numerics}"] = {
             "seconds_per_step_median": statistics.median(x["seconds_per_step"] for x in rows),
             "real_tokens_per_s_median": statistics.median(x["real_tokens_per_s"] for x in rows),
-            "pad_share": rows[0]["pad_share_after_split"]}
+            "pad_share": rows[0]["pad_share_after_split"], "max_loss_gap_vs_first_run": gap(rows)}
     ref = next(iter(summary.values()))["seconds_per_step_median"]
     for v in summary.values():
         v["speedup_vs_first"] = round(ref / v["seconds_per_step_median"], 2)
-    base = runs[0]
-    loss_gap = max((abs(a - b) for x in runs if x["numerics"] == "fp32"
-                    for a, b in zip(x["losses"], base["losses"])), default=0.0)
-    for v, (split, head, threads, numerics) in zip(summary.values(), variants):
-        rows = [x for x in runs if (x["split"], x["completion_head"], x["threads"], x["numerics"])
-                == (split, head, threads, numerics)]
-        v["max_loss_gap_vs_first_run"] = max((abs(a - b) for x in rows for a, b in zip(x["losses"], base["losses"])),
-                                             default=0.0)
+    loss_gap = gap([x for x in runs if x["numerics"] == "fp32"])  # bf16 changes the rounding on purpose
     report = {"profile": cfg.profile, "steps": args.steps, "batch_size": cfg.model.tiny_base_batch_size,
               "samples": len(samples), "cpu_count": os.cpu_count(),
               "load_avg_start_end": [load_start, os.getloadavg()[0]],
