@@ -57,7 +57,8 @@ class DataConfig:
     values_min_match: float = 0.85  # authors' code: a hit is kept when > this share of it occurs in the question
     values_max_hits: int = 20  # authors' code: best-matching values kept per question (all columns together)
     tiny_n_train: int = 3000  # tiny world: SynSQL-format training questions
-    tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions
+    tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions (8 databases, 2 never trained on)
+    tiny_n_dev_id: int = 0  # tiny world: in-distribution dev questions (training databases, new values); 0 = none
     tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
     stage1_source: str = "ours"  # "ours": stage 1 (§3) run by the kit; "authors": their released SFT/RL rows and pool (§7)
     authors_release_dir: str = "data/acesql_release"  # the downloaded release (datasets.download_acesql_release)
@@ -68,6 +69,7 @@ class DataConfig:
         _check(self.example_max_chars > 0, "data.example_max_chars", "must be > 0")
         _check(self.schema_style in ("kit", "authors"), "data.schema_style", f"must be 'kit' or 'authors', got {self.schema_style!r}")
         _check(self.max_example_values > 0, "data.max_example_values", "must be > 0")
+        _check(self.tiny_n_dev_id >= 0, "data.tiny_n_dev_id", "must be >= 0")
         _check(self.values_top_k > 0 and self.values_max_hits > 0, "data.values_top_k", "values_top_k and values_max_hits must be > 0")
         _check(0 <= self.values_min_match <= 1, "data.values_min_match", "must be in [0, 1]")
         _check(self.max_train_examples >= 0, "data.max_train_examples", "must be >= 0 (0 = all)")

@@ -352,10 +352,9 @@ def _hoist(dest: Path, marker: str) -> None:
 def training_pool(cfg: Any, paths: Any, progress: bool = True) -> LoadResult:
     """The SynSQL-format training pool of the profile: the tiny world (built if missing) or SynSQL-2.5M."""
     if cfg.data.world == "tinyworld":
-        from .tinyworld import build_tinyworld
+        from .tinyworld import build_profile_world
 
-        world = build_tinyworld(paths.tinyworld, seed=cfg.data.seed, n_train=cfg.data.tiny_n_train,
-                                n_dev=cfg.data.tiny_n_dev)
+        world = build_profile_world(cfg.data, paths.tinyworld)
         result = load_synsql(world.train_json, world.train_db_root, tables=world.train_tables)
     else:
         root = Path(cfg.data.synsql_dir)

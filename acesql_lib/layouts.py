@@ -214,11 +214,10 @@ def ensure_layouts(cfg: Any, progress: bool = True) -> dict[str, dict[str, int]]
     if cfg.data.layouts_from != "tinyworld":
         return None
     from .paths import Paths, resolve
-    from .tinyworld import build_tinyworld
+    from .tinyworld import build_profile_world
 
     paths = Paths.from_config(cfg)
-    world = build_tinyworld(paths.tinyworld, seed=cfg.data.seed, n_train=cfg.data.tiny_n_train,
-                            n_dev=cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     real = resolve(cfg.data.layouts_real_spider_dk) if cfg.data.layouts_real_spider_dk else None
     counts = write_layouts(world, LayoutRoots.from_config(cfg), real)
     if progress:

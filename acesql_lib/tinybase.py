@@ -329,15 +329,15 @@ def ensure_base_model(cfg: Config, paths: Paths) -> str:
     """The profile's base model: built offline here for the tiny profile, a hub id or folder otherwise."""
     if not cfg.model.build_tiny:
         return cfg.model.base_model
-    from .tinyworld import build_tinyworld
+    from .tinyworld import build_profile_world
 
-    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     return str(build_tiny_base(cfg, paths, world))
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
     from .context import RunContext
-    from .tinyworld import build_tinyworld
+    from .tinyworld import build_profile_world
 
     ap = argparse.ArgumentParser(description="Build the tiny profile's base model (gold-output SFT on the tiny world).")
     ap.add_argument("--profile", default="tiny")
@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
 
     ctx = RunContext.create(args.profile, parse_overrides(args.set))
     cfg, paths = ctx.cfg, ctx.paths
-    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     path = build_tiny_base(cfg, paths, world, force=args.force)
     manifest = json.loads((path / MANIFEST).read_text())
     print(json.dumps({k: manifest[k] for k in ("steps", "train_loss", "build_seconds", "token_lengths")}, indent=1))

@@ -31,7 +31,7 @@ def main() -> None:
     from acesql_lib.evaluate import evaluate, load_eval_set
     from acesql_lib.stats import SHARE_KEYS
     from acesql_lib.tinybase import build_tiny_base
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.tinyworld import build_profile_world
 
     overrides = parse_overrides(args.set)
     if args.steps:
@@ -40,7 +40,7 @@ def main() -> None:
     # its own world too: a data.* override must not rebuild the shared data/tinyworld
     ctx = RunContext.create(args.profile, {**overrides, "run_dir": tmp, "data.tinyworld_dir": f"{tmp}/world"})
     cfg, paths = ctx.cfg, ctx.paths
-    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     examples, schemas = load_eval_set(cfg, cfg.eval.sets[0])
     examples = examples[: args.questions]
     args.out.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ from acesql_lib.models import build_tiny_model  # noqa: E402
 from acesql_lib.sft import check_samples, make_trainer, padding_share  # noqa: E402
 from transformers import TrainerCallback, set_seed  # noqa: E402
 from acesql_lib.tinybase import base_sft_config, base_training_data, compiled_decoder  # noqa: E402
-from acesql_lib.tinyworld import build_tinyworld  # noqa: E402
+from acesql_lib.tinyworld import build_profile_world  # noqa: E402
 
 
 NUMERICS = ("fp32", "bf16", "compile")
@@ -116,7 +116,7 @@ def main(argv=None) -> dict:
                  p[3] if len(p) > 3 else "fp32") for p in (v.split(",") for v in args.variants)]
     ctx = RunContext.create(args.profile, {})
     cfg, paths = ctx.cfg, ctx.paths
-    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     samples, _, tokenizer = base_training_data(cfg, world)
     work = Path(paths.run) / "bench_tiny_base_speed"
     t0 = time.perf_counter()  # TRL tokenises once; every variant reuses the tokenised set

@@ -188,11 +188,11 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     """The tiny base model plays Qwen3-8B's part: well formed, some right, room to improve (10-60% EX)."""
     from acesql_lib.context import RunContext
     from acesql_lib.tinybase import MANIFEST, build_tiny_base
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.tinyworld import build_profile_world
 
     ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / "run")})
     cfg, paths = ctx.cfg, ctx.paths
-    world = build_tinyworld(paths.tinyworld, cfg.data.seed, cfg.data.tiny_n_train, cfg.data.tiny_n_dev)
+    world = build_profile_world(cfg.data, paths.tinyworld)
     path = build_tiny_base(cfg, paths, world)
     manifest = json.loads((path / MANIFEST).read_text())
     assert manifest["steps"] == cfg.model.tiny_base_steps

@@ -15,13 +15,14 @@ import pytest
 from acesql_lib.datasets import load_bird, load_synsql
 from acesql_lib.schema import Schema, load_tables_json
 from acesql_lib.sqlcolumns import column_set
-from acesql_lib.tinyworld import (DB_SPECS, KIND, Attr, Cand, DbContext, Join, Route, TinyWorld, build_tinyworld,
-                                  expr, from_clause, main, realise, world_text)
+from acesql_lib.tinyworld import (CATEGORICAL_MAX_DISTINCT, DB_SPECS, KIND, Attr, Cand, DbContext, Join, Route,
+                                  TinyWorld, build_profile_world, build_tinyworld, categorical_values, expr,
+                                  from_clause, main, realise, string_values, world_text)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> TinyWorld:
-    return build_tinyworld(tmp_path_factory.mktemp("tw") / "world", seed=0)
+    return build_tinyworld(tmp_path_factory.mktemp("tw") / "world", seed=0, n_dev_id=400)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def _rows(db: Path, sql: str) -> Counter:
 
 # determinism and caching -------------------------------------------------------------------
 def test_same_seed_gives_byte_identical_files(world, tmp_path):
-    again = build_tinyworld(tmp_path / "again", seed=0)
+    again = build_tinyworld(tmp_path / "again", seed=0, n_dev_id=400)
     first, second = _hashes(world.root), _hashes(again.root)
     assert len(first) > 40 and first == second
     assert any(name.endswith(".sqlite") for name in first)
@@ -88,9 +89,9 @@ def test_refuses_to_overwrite_a_foreign_folder(tmp_path):
 
 
 def test_cli_builds_and_reports(tmp_path, capsys):
-    assert main(["--out", str(tmp_path / "cli"), "--seed", "2", "--n-train", "25", "--n-dev", "8"]) == 0
+    assert main(["--out", str(tmp_path / "cli"), "--seed", "2", "--n-train", "25", "--n-dev", "8", "--n-dev-id", "6"]) == 0
     out = capsys.readouterr().out
-    assert "25 train" in out and "8 dev" in out
+    assert "25 train" in out and "8 dev" in out and "6 in-distribution dev" in out
     assert TinyWorld(tmp_path / "cli").read_manifest()["kind"] == KIND
 
 
@@ -160,6 +161,72 @@ def test_dev_set_is_bird_format_with_unseen_databases(world, train, dev):
     assert world.read_manifest()["dev_only_databases"] == sorted(unseen)
 
 
+@pytest.fixture(scope="module")
+def dev_id(world) -> list[dict]:
+    return json.loads(world.dev_id_json.read_text())
+
+
+def test_in_distribution_dev_asks_new_questions_on_training_databases(world, train, dev, dev_id):
+    result = load_bird(world.dev_id_json, world.dev_db_root, tables=world.dev_tables)
+    assert not result.skipped and len(result) == len(dev_id) == 400
+    assert set(dev_id[0]) == set(dev[0]) and [r["question_id"] for r in dev_id] == list(range(400))
+    assert {r["db_id"] for r in dev_id} == {r["db_id"] for r in train}  # every training database, no other
+    for split, records, key in (("train", train, "sql"), ("dev", dev, "SQL")):
+        texts = {(r["db_id"], r["question"].lower()) for r in records}
+        sqls = {(r["db_id"], r[key]) for r in records}
+        assert not any((r["db_id"], r["question"].lower()) in texts for r in dev_id), split
+        assert not any((r["db_id"], r["SQL"]) in sqls for r in dev_id), split
+    for r in dev_id:
+        rows = _rows(world.db_path(r["db_id"]), r["SQL"])
+        assert 0 < sum(rows.values()) <= 50, r["SQL"]
+    # the mix of difficulties follows the pool's, not only the easy questions
+    share = Counter(r["difficulty"] for r in dev_id)
+    assert min(share.values()) >= 0.1 * len(dev_id), share
+
+
+def test_in_distribution_dev_values_are_new_unless_categorical(world, train, dev_id):
+    seen = {(r["db_id"], v) for r in train for v in string_values(r["sql"])}
+    vocabulary = {}
+    for db in {r["db_id"] for r in train}:
+        con = sqlite3.connect(f"file:{world.db_path(db)}?mode=ro", uri=True)
+        try:
+            vocabulary[db] = categorical_values(con, CATEGORICAL_MAX_DISTINCT)
+        finally:
+            con.close()
+    open_values = [(r["db_id"], v) for r in dev_id for v in string_values(r["SQL"]) if v not in vocabulary[r["db_id"]]]
+    assert len(set(open_values)) >= 50 and not [x for x in open_values if x in seen]
+    # and the rule is not vacuous: most of the same questions' values drawn for training are seen ones
+    assert sum((r["db_id"], v) in seen for r in dev_id for v in string_values(r["SQL"])) > 0
+    manifest = world.read_manifest()["dev_id"]
+    assert manifest["questions"] == 400 and manifest["open_values_seen_in_training"] == 0
+    assert manifest["open_values"] == len(set(open_values))
+
+
+def test_categorical_values_are_the_small_text_columns(tmp_path):
+    con = sqlite3.connect(tmp_path / "c.sqlite")
+    con.execute("CREATE TABLE t (k TEXT, name TEXT, n INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [("a" if i % 2 else "b", f"name {i}", i) for i in range(30)])
+    assert categorical_values(con, 2) == {"a", "b"}
+    assert categorical_values(con, 30) == {"a", "b"} | {f"name {i}" for i in range(30)}
+    assert categorical_values(con, 1) == set()
+
+
+def test_without_the_split_the_world_writes_no_dev_id(tmp_path):
+    small = build_tinyworld(tmp_path / "w", seed=0, n_train=30, n_dev=10)
+    assert not small.dev_id_json.exists() and small.read_manifest()["dev_id"]["questions"] == 0
+
+
+def test_profile_world_follows_the_data_block(tmp_path):
+    from acesql_lib.config import load_config
+
+    cfg = load_config("tiny", {"data.tiny_n_train": 30, "data.tiny_n_dev": 10, "data.tiny_n_dev_id": 7})
+    w = build_profile_world(cfg.data, tmp_path / "w")
+    m = w.read_manifest()
+    assert (m["n_train"], m["n_dev"], m["n_dev_id"]) == (30, 10, 7)
+    assert len(json.loads(w.dev_id_json.read_text())) == 7
+    assert load_config("tiny").data.tiny_n_dev_id >= 400
+
+
 def test_description_csvs_follow_bird(world):
     for entry in json.loads(world.dev_tables.read_text()):
         for t_idx, table in enumerate(entry["table_names_original"]):
@@ -173,8 +240,8 @@ def test_description_csvs_follow_bird(world):
 
 
 # questions, gold and routes ----------------------------------------------------------------
-def test_every_gold_executes_with_a_small_nonempty_result(world, train, dev):
-    for split, records, key in (("train", train, "sql"), ("dev", dev, "SQL")):
+def test_every_gold_executes_with_a_small_nonempty_result(world, train, dev, dev_id):
+    for split, records, key in (("train", train, "sql"), ("dev", dev, "SQL"), ("dev_id", dev_id, "SQL")):
         for r in records:
             rows = _rows(world.db_path(r["db_id"]), r[key])
             assert 0 < sum(rows.values()) <= 50, (split, r[key])
@@ -222,11 +289,13 @@ def test_route_share_measured_by_reexecution(world, train, dev):
     assert kinds["derived"] > 50 and kinds["join_vs_copy"] > 50  # both kinds of route are present
 
 
-def test_annotated_column_sets_equal_sqlcolumns(world, train, dev):
+def test_annotated_column_sets_equal_sqlcolumns(world, train, dev, dev_id):
     schemas = load_tables_json(world.tables_json)
     routes = json.loads(world.routes_json.read_text())
     by_split = {"train": {str(i): r["db_id"] for i, r in enumerate(train)},
-                "dev": {str(r["question_id"]): r["db_id"] for r in dev}}
+                "dev": {str(r["question_id"]): r["db_id"] for r in dev},
+                "dev_id": {str(r["question_id"]): r["db_id"] for r in dev_id}}
+    assert len(routes["dev_id"]) >= 0.2 * len(dev_id)  # the split has alternative routes as the others do
     checked = 0
     for split, table in routes.items():
         for key, entries in table.items():

@@ -1,4 +1,4 @@
-"""The tiny world's output is pinned: a small world (seed 0, 40 train, 12 dev questions) must hash
+"""The tiny world's output is pinned: a small world (seed 0, 40 train, 12 dev, 8 in-distribution dev questions) must hash
 to the values recorded in `fixtures/tinyworld_seed0_small.json`.
 
 Why: the generator is a package of several modules (specs, SQLite building, the route model,
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 FIXTURE = Path(__file__).parent / "fixtures" / "tinyworld_seed0_small.json"
-SIZES = {"seed": 0, "n_train": 40, "n_dev": 12}
+SIZES = {"seed": 0, "n_train": 40, "n_dev": 12, "n_dev_id": 8}
 
 
 def world_digest(root: Path) -> dict[str, str]:

@@ -27,15 +27,17 @@ Same seed, same bytes: only `random.Random` instances seeded from (seed, name) a
 listing is sorted or in a fixed order, no timestamps, fixed SQLite page size and insert order.
 """
 from .databases import create_sqlite, description_csv, generate_rows, tables_entry
-from .questions import LEVEL_MIX, LEVELS, MAX_RESULT_ROWS, STYLES, Question, generate_questions, realise
+from .questions import (LEVEL_MIX, LEVELS, MAX_RESULT_ROWS, STYLES, Question, generate_questions, realise,
+                        string_values)
 from .route_model import Attr, Join, Recorder, Route, attributes, expr, from_clause
 from .specs import (ADJ, AGE, CITIES, COUNTRIES, DB_SPECS, FIRST, FK, GOODS, ID, LAST, NOUN, REF_YEAR, C, Col, DbSpec,
                     T, Table, readable_name)
 from .templates import AGG_WORDS, MULTI_ROUTE_WEIGHT, TEMPLATES, Cand, DbContext, lit
-from .world import (BIRD_DIFFICULTY, GENERATOR_VERSION, KIND, TRAIN_EVIDENCE_SHARE, TinyWorld, build_tinyworld, main,
-                    route_stats, world_text)
+from .world import (BIRD_DIFFICULTY, CATEGORICAL_MAX_DISTINCT, GENERATOR_VERSION, KIND, TRAIN_EVIDENCE_SHARE, TinyWorld,
+                    build_profile_world, build_tinyworld, categorical_values, main, route_stats, world_text)
 
-__all__ = ["ADJ", "AGE", "AGG_WORDS", "Attr", "BIRD_DIFFICULTY", "C", "CITIES", "COUNTRIES", "Cand", "Col", "DB_SPECS",
+__all__ = ["ADJ", "AGE", "AGG_WORDS", "Attr", "BIRD_DIFFICULTY", "C", "CATEGORICAL_MAX_DISTINCT", "CITIES", "COUNTRIES",
+           "Cand", "Col", "DB_SPECS", "build_profile_world", "categorical_values", "string_values",
            "DbContext", "DbSpec", "FIRST", "FK", "GENERATOR_VERSION", "GOODS", "ID", "Join", "KIND", "LAST", "LEVELS",
            "LEVEL_MIX", "MAX_RESULT_ROWS", "MULTI_ROUTE_WEIGHT", "NOUN", "Question", "REF_YEAR", "Recorder", "Route",
            "STYLES", "T", "TEMPLATES", "TRAIN_EVIDENCE_SHARE", "Table", "TinyWorld", "attributes", "build_tinyworld",

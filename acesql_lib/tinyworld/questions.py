@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import sqlite3
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from .route_model import Recorder, expr
 from .templates import TEMPLATES, Cand, DbContext
@@ -84,9 +86,12 @@ def _phrase(rng: random.Random, np: str, db_id: str) -> tuple[str, str]:
 
 
 def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, evidence_share: float,
-                       seen: set[tuple[str, str]]) -> list[tuple[str, str, Question, bool]]:
+                       seen: set[tuple[str, str]], accept: Callable[[Question], bool] | None = None,
+                       ) -> list[tuple[str, str, Question, bool]]:
     """`n` distinct questions (text and gold SQL both new per database) as (style, text, question,
-    with_evidence); a share `evidence_share` of them is phrased to be read with its evidence."""
+    with_evidence); a share `evidence_share` of them is phrased to be read with its evidence.
+    `accept(question)`, when given, must hold for every question kept (the in-distribution dev
+    split keeps only questions whose values are new)."""
     out: list[tuple[str, str, Question, bool]] = []
     attempts = 0
     while len(out) < n:
@@ -98,7 +103,7 @@ def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, eviden
         with_evidence = rng.random() < evidence_share
         cand = rng.choice(TEMPLATES[level])(ctx, rng, with_evidence)
         q = realise(ctx, cand, rng) if cand is not None else None
-        if q is None:
+        if q is None or (accept is not None and not accept(q)):
             continue
         style, text = _phrase(rng, q.np, q.db_id)
         keys = {(q.db_id, "q:" + text.lower()), (q.db_id, "s:" + q.sql)}
@@ -107,3 +112,11 @@ def generate_questions(ctxs: list[DbContext], n: int, rng: random.Random, eviden
         seen |= keys
         out.append((style, text, q, with_evidence))
     return out
+
+
+STRING_LITERAL = re.compile(r"'((?:[^']|'')*)'")
+
+
+def string_values(sql: str) -> set[str]:
+    """The quoted string literals of a SQL, unescaped: the values a question asks about."""
+    return {m.replace("''", "'") for m in STRING_LITERAL.findall(sql)}
