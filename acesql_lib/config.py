@@ -330,11 +330,19 @@ class EvalConfig:
     workers: int = 0  # executor processes; 0 = number of CPU cores
     retriever_parser: str = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
     generator_parser: str = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
+    ablation_sets: list[str] = field(default_factory=list)  # sets the ablation variants are evaluated on; [] = the first (§6: BIRD dev)
+
+    def ablation_eval_sets(self) -> list[EvalSet]:
+        """The sets notebook 06 evaluates each ablation variant on (`ablation_sets`, else the first)."""
+        by_name = {s.name: s for s in self.sets}
+        return [by_name[n] for n in self.ablation_sets] if self.ablation_sets else self.sets[:1]
 
     def __post_init__(self) -> None:
         _check(self.retriever_parser in ("authors", "kit"), "eval.retriever_parser", "must be authors or kit")
         _check(self.generator_parser in ("authors", "kit"), "eval.generator_parser", "must be authors or kit")
         self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, "eval.sets", "<profile>") for s in self.sets]
+        unknown = [n for n in self.ablation_sets if n not in {s.name for s in self.sets}]
+        _check(not unknown, "eval.ablation_sets", f"names not in eval.sets: {unknown}")
 
 
 @dataclass

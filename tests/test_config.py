@@ -121,3 +121,11 @@ def test_profiles_train_and_evaluate_with_the_authors_semantics(profile):
 def test_bad_semantics_option_is_named(key, value):
     with pytest.raises(ConfigError, match=key):
         load_config("tiny", overrides={key: value})
+
+
+def test_ablation_sets_name_configured_sets():
+    tiny = load_config("tiny")
+    assert [s.name for s in tiny.eval.ablation_eval_sets()] == ["tiny_dev", "tiny_dev_id"]
+    assert [s.name for s in load_config("paper").eval.ablation_eval_sets()] == ["bird_dev"]  # §6: BIRD dev only
+    with pytest.raises(ConfigError, match="eval.ablation_sets.*nope"):
+        load_config("tiny", {"eval.ablation_sets": ["tiny_dev", "nope"]})

@@ -38,7 +38,7 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
     data = m("00_data")
     assert data["train_questions"] == SMOKE["data.tiny_n_train"] and data["train_skipped"] == 0
-    assert data["eval_questions"]["tiny_dev"] >= 300
+    assert data["eval_questions"]["tiny_dev"] >= 300 and data["eval_questions"]["tiny_dev_id"] >= 400
     assert all(v >= 0.2 for v in data["annotated_route_share"].values())
     filtering = m("01_source_filtering")
     assert filtering["kept"] == SMOKE["filtering.target_size"]
@@ -61,12 +61,17 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     stages = m("05_evaluation")["stages"]
     assert set(stages) == {"base", "sft", "rl"}
     for stage in stages.values():
-        res = stage["tiny_dev"]
-        assert res["n"] == SMOKE["eval.max_examples"] and 0 <= res["ex"] <= 100
-        assert 0 <= res["retriever_ability"] <= 1 and res["tokens_per_question"] > 0  # shares are fractions
+        assert set(stage) == {"tiny_dev", "tiny_dev_id"}  # both dev splits
+        for res in stage.values():
+            assert res["n"] == SMOKE["eval.max_examples"] and 0 <= res["ex"] <= 100
+            assert 0 <= res["retriever_ability"] <= 1 and res["tokens_per_question"] > 0  # shares are fractions
     claims = (reports / "tables" / "claims.md").read_text()
     assert "| RL > SFT |" in claims and "Verdict" in claims  # every claim with a CI and a verdict
-    assert set(m("06_ablations")["variants"]) == {"full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward"}
+    rl_rows = [line for line in claims.splitlines() if line.startswith("| RL > SFT |")]
+    assert len(rl_rows) == 2 and any("tiny_dev_id" in line for line in rl_rows)  # the claim on each split
+    variants = m("06_ablations")["variants"]
+    assert set(variants) == {"full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward"}
+    assert all(set(v) == {"tiny_dev", "tiny_dev_id"} for v in variants.values())  # eval.ablation_sets
     assert m("07_tables_and_figures")["n_artefacts"] >= len(TABLES) * 3 + len(FIGURES) * 2
     main_table = (reports / "tables" / "table1_main.md").read_text()
     assert "paper" in main_table.lower() and "tiny" in main_table.lower()
