@@ -135,6 +135,7 @@ class ModelConfig:
     tiny_base_completion_head: bool = True  # base build: LM head on completion positions only (same loss; CPU speed)
     tiny_base_compile: bool = False  # base build: torch.compile the decoder (same loss to 1e-6; CPU speed)
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
+    tiny_base_holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")

@@ -54,7 +54,7 @@ MANIFEST = "tiny_base_manifest.json"
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
 # data loading, schema text); their code hash is part of the reuse key (`base_settings`).
-BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema")
+BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema", "filtering")
 
 
 def tiny_think(columns: Iterable[str], role: str) -> str:
@@ -172,6 +172,8 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
     return {
         "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(base_sft_config(cfg)),
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
+        # with the hold-out, filtering decides which questions the base is trained on
+        "filtering": asdict(cfg.filtering) if cfg.model.tiny_base_holdout_stage1 else None,
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
         "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*BUILD_MODULES),
         # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
@@ -212,9 +214,21 @@ def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
     """The base model's SFT samples (both roles), the number of questions skipped, and its tokenizer;
     the prompts carry the schema text the profile's own prompts show (`profile_schemas`)."""
     pool = load_train_pool(cfg, world)
+    if cfg.model.tiny_base_holdout_stage1:
+        held = {e.id for e in stage1_pool(cfg, pool)}
+        pool = [e for e in pool if e.id not in held]
     schemas = profile_schemas(cfg, paths or Paths.from_config(cfg), pool)
     samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
     return samples, skipped, base_tokenizer(samples, cfg.model.tiny_vocab_size)
+
+
+def stage1_pool(cfg: Config, pool: Sequence[Any]) -> list[Any]:
+    """Stage 1's questions, chosen from `pool` exactly as notebook 01 chooses them (`filter_pool`,
+    deterministic for a seed), so the base build can leave them out (`model.tiny_base_holdout_stage1`)."""
+    from .filtering import filter_pool
+
+    schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
+    return list(filter_pool(pool, cfg.filtering, schemas, seed=cfg.seed, progress=False).kept)
 
 
 def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:

@@ -17,10 +17,10 @@ from pipeline_checks import NOTEBOOKS, assert_every_artefact
 
 pytestmark = pytest.mark.notebook
 
-# 400 base steps come before copying emerges, so the smoke base keeps real values (it memorises
-# them, and distillation still finds correct rollouts on training questions).
+# 400 base steps come before copying emerges, so the smoke base keeps real values and trains on the
+# stage-1 questions too (it memorises them, and distillation still finds correct rollouts on them).
 SMOKE = {"data.tiny_n_train": 300, "model.tiny_base_steps": 400, "model.tiny_base_batch_size": 16,
-         "model.tiny_base_value_swap": 0.0,
+         "model.tiny_base_value_swap": 0.0, "model.tiny_base_holdout_stage1": False,
          "filtering.target_size": 64, "distill.n_validation": 4, "distill.shard_size": 32, "grpo.max_steps": 2,
          "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 40}
 

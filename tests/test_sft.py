@@ -272,3 +272,38 @@ def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_p
     assert set(compiled) == set(eager) and not any("_orig_mod" in k for k in compiled)
     for name, tensor in eager.items():
         assert torch.allclose(compiled[name], tensor, atol=1e-4), name
+
+
+def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
+    """`model.tiny_base_holdout_stage1`: the base trains on the gold of every training question except
+    the ones filtering hands to stage 1 (so distillation and RL meet questions new to the base, as the
+    paper's do); the hold-out and the filtering settings are in the base model's reuse key."""
+    from acesql_lib.context import RunContext
+    from acesql_lib.datasets import schemas_for, training_pool
+    from acesql_lib.filtering import filter_pool
+    from acesql_lib.tinybase import base_settings, base_training_data
+    from acesql_lib.tinyworld import build_profile_world
+
+    def ctx(**over):
+        return RunContext.create("tiny", {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "w"),
+                                          "data.tiny_n_train": 120, "data.tiny_n_dev": 10, "data.tiny_n_dev_id": 0,
+                                          "filtering.target_size": 30, "filtering.per_db_cap": 40,
+                                          "model.tiny_base_value_swap": 0.0, **over})  # questions read verbatim
+
+    on, off = ctx(**{"model.tiny_base_holdout_stage1": True}), ctx()
+    world = build_profile_world(on.cfg.data, on.paths.tinyworld)
+    pool = training_pool(on.cfg, on.paths, progress=False)  # notebook 01's own steps
+    schemas = schemas_for(pool.examples, on.cfg.data.n_example_values, on.cfg.data.example_max_chars)
+    kept = filter_pool(pool.examples, on.cfg.filtering, schemas, seed=on.cfg.seed).kept
+    assert len(kept) == 30
+    held_questions = {e.question for e in kept}
+    samples_on, skipped_on, _ = base_training_data(on.cfg, world, on.paths)
+    samples_off, skipped_off, _ = base_training_data(off.cfg, world, off.paths)
+    assert len(samples_off) == 2 * (120 - skipped_off) and len(samples_on) == 2 * (90 - skipped_on)
+    text = lambda s: s["prompt"][-1]["content"]  # noqa: E731
+    assert not any(q in text(s) for s in samples_on for q in held_questions)
+    assert sum(any(q in text(s) for q in held_questions) for s in samples_off) >= 2 * 25
+    key_on, key_off = base_settings(on.cfg, world), base_settings(off.cfg, world)
+    assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
+    assert base_settings(ctx(**{"model.tiny_base_holdout_stage1": True, "filtering.target_size": 20}).cfg,
+                         world)["filtering"] != key_on["filtering"]
