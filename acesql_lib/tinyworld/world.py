@@ -107,6 +107,26 @@ def _split_stats(rows: list[dict], routes: dict[str, list[dict]]) -> dict:
             "by_db": dict(sorted(Counter(r["db_id"] for r in rows).items()))}
 
 
+def _in_distribution_dev(ctxs: list[DbContext], train: list[tuple[str, str, Question, bool]], n: int,
+                         rng: random.Random, seen: set[tuple[str, str]]) -> tuple[list, dict]:
+    """`n` new questions on the training databases whose open-domain values (names, titles, dates,
+    cities) occur in no training SQL of their database, and the manifest's counts of those values."""
+    if not n:
+        return [], {"open_values": 0, "open_values_seen_in_training": 0,
+                    "categorical_max_distinct": CATEGORICAL_MAX_DISTINCT}
+    train_values = {(q.db_id, v) for _, _, q, _ in train for v in string_values(q.sql)}
+    vocabulary = {(c.db.db_id, v) for c in ctxs for v in categorical_values(c.con, CATEGORICAL_MAX_DISTINCT)}
+
+    def open_values(q: Question) -> set[tuple[str, str]]:
+        return {(q.db_id, v) for v in string_values(q.sql) if (q.db_id, v) not in vocabulary}
+
+    questions = generate_questions(ctxs, n, rng, 1.0, seen, accept=lambda q: not open_values(q) & train_values)
+    values = [x for _, _, q, _ in questions for x in open_values(q)]
+    return questions, {"open_values": len(set(values)),
+                       "open_values_seen_in_training": sum(x in train_values for x in values),
+                       "categorical_max_distinct": CATEGORICAL_MAX_DISTINCT}
+
+
 def _write_world(root: Path, seed: int, n_train: int, n_dev: int, n_dev_id: int = 0) -> dict:
     """Write every file of the world under `root`; returns the manifest."""
     world = TinyWorld(root)
@@ -135,16 +155,9 @@ def _write_world(root: Path, seed: int, n_train: int, n_dev: int, n_dev_id: int 
         train = generate_questions([c for c in ctxs if not c.db.dev_only], n_train,
                                    random.Random(f"{seed}:train"), TRAIN_EVIDENCE_SHARE, seen)
         dev = generate_questions(ctxs, n_dev, random.Random(f"{seed}:dev"), 1.0, seen)
-        # The in-distribution dev split, drawn last so train and dev keep their bytes: new questions on
-        # the training databases whose open-domain values (names, titles, dates) occur in no training SQL.
-        train_values = {(q.db_id, v) for _, _, q, _ in train for v in string_values(q.sql)}
-        vocabulary = {(db.db_id, v) for db in DB_SPECS if not db.dev_only
-                      for v in categorical_values(cons[db.db_id], CATEGORICAL_MAX_DISTINCT)}
-        open_values = lambda q: {v for v in string_values(q.sql) if (q.db_id, v) not in vocabulary}  # noqa: E731
-        dev_id = generate_questions([c for c in ctxs if not c.db.dev_only], n_dev_id,
-                                    random.Random(f"{seed}:dev_id"), 1.0, seen,
-                                    accept=lambda q: not any((q.db_id, v) in train_values for v in open_values(q))
-                                    ) if n_dev_id else []
+        # drawn last, so train and dev keep their bytes
+        dev_id, dev_id_values = _in_distribution_dev([c for c in ctxs if not c.db.dev_only], train, n_dev_id,
+                                                     random.Random(f"{seed}:dev_id"), seen)
     finally:
         for con in cons.values():
             con.close()
@@ -173,11 +186,7 @@ def _write_world(root: Path, seed: int, n_train: int, n_dev: int, n_dev_id: int 
                   "with_evidence": sum(bool(r["external_knowledge"]) for r in data),
                   "by_db": dict(sorted(Counter(r["db_id"] for r in data).items()))},
         "dev": _split_stats(dev_rows, routes["dev"]),
-        "dev_id": {**_split_stats(dev_id_rows, routes["dev_id"]),
-                   "open_values": len({(q.db_id, v) for _, _, q, _ in dev_id for v in open_values(q)}),
-                   "open_values_seen_in_training": sum((q.db_id, v) in train_values for _, _, q, _ in dev_id
-                                                       for v in open_values(q)),
-                   "categorical_max_distinct": CATEGORICAL_MAX_DISTINCT},
+        "dev_id": {**_split_stats(dev_id_rows, routes["dev_id"]), **dev_id_values},
     }
     _dump(world.manifest, manifest)
     return manifest
