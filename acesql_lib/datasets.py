@@ -354,8 +354,7 @@ def training_pool(cfg: Any, paths: Any, progress: bool = True) -> LoadResult:
     if cfg.data.world == "tinyworld":
         from .tinyworld import build_profile_world
 
-        world = build_profile_world(cfg.data, paths.tinyworld)
-        result = load_synsql(world.train_json, world.train_db_root, tables=world.train_tables)
+        return world_training_pool(build_profile_world(cfg.data, paths.tinyworld), cfg.data.max_train_examples)
     else:
         root = Path(cfg.data.synsql_dir)
         root = root if root.is_absolute() else Path(__file__).resolve().parent.parent / root
@@ -364,8 +363,18 @@ def training_pool(cfg: Any, paths: Any, progress: bool = True) -> LoadResult:
                                     f"acesql_lib.datasets.download_synsql({str(root)!r}) on a machine with internet")
         tables = root / "tables.json"
         result = load_synsql(root / "data.json", root / "databases", tables=tables if tables.is_file() else None)
-    if cfg.data.max_train_examples:
-        result.examples = result.examples[:cfg.data.max_train_examples]
+    return _capped(result, cfg.data.max_train_examples)
+
+
+def world_training_pool(world: Any, max_examples: int = 0) -> LoadResult:
+    """A tiny world's training pool (`TinyWorld`), the first `max_examples` when that is not 0: what
+    notebooks 00-01 read and what the tiny base model is trained on."""
+    return _capped(load_synsql(world.train_json, world.train_db_root, tables=world.train_tables), max_examples)
+
+
+def _capped(result: LoadResult, max_examples: int) -> LoadResult:
+    if max_examples:
+        result.examples = result.examples[:max_examples]
     return result
 
 

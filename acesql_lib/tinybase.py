@@ -53,8 +53,10 @@ from .tinyworld import TinyWorld
 MANIFEST = "tiny_base_manifest.json"
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
-# data loading, schema text); their code hash is part of the reuse key (`base_settings`).
-BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema", "filtering")
+# data loading, schema text); their code hash is part of the reuse key (`base_settings`). With
+# `model.tiny_base_holdout_stage1`, filtering chooses the questions left out, so its code counts too.
+BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema")
+HOLDOUT_MODULES = ("filtering",)
 
 
 def tiny_think(columns: Iterable[str], role: str) -> str:
@@ -166,6 +168,11 @@ def base_tokenizer(samples: Sequence[Mapping[str, Any]], vocab_size: int) -> Any
     return train_tiny_tokenizer((_sample_text(s) for s in samples), vocab_size)
 
 
+def build_modules(cfg: Config) -> tuple[str, ...]:
+    """The modules whose code hash keys the base model of `cfg`."""
+    return BUILD_MODULES + (HOLDOUT_MODULES if cfg.model.tiny_base_holdout_stage1 else ())
+
+
 def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
     """Everything that shapes the base model; its hash decides whether a saved model is reused."""
     manifest = world.read_manifest() if world.manifest.is_file() else {}
@@ -175,7 +182,7 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         # with the hold-out, filtering decides which questions the base is trained on
         "filtering": asdict(cfg.filtering) if cfg.model.tiny_base_holdout_stage1 else None,
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
-        "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*BUILD_MODULES),
+        "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*build_modules(cfg)),
         # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
         "torch_threads": torch.get_num_threads(),
     }
@@ -232,14 +239,14 @@ def stage1_pool(cfg: Config, pool: Sequence[Any]) -> list[Any]:
 
 
 def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
-    """The tiny world's SynSQL-format training pool as Example records (capped by data.max_train_examples)."""
-    from .datasets import load_synsql
+    """The tiny world's training pool as notebooks 00-01 read it (`datasets.world_training_pool`), malformed
+    records reported."""
+    from .datasets import world_training_pool
 
-    loaded = load_synsql(world.train_json, world.train_db_root)
+    loaded = world_training_pool(world, cfg.data.max_train_examples)
     if loaded.skipped:
         print(f"[tinybase] skipped {len(loaded.skipped)} malformed pool records, first: {loaded.skipped[:3]}")
-    examples = list(loaded)
-    return examples[: cfg.data.max_train_examples] if cfg.data.max_train_examples else examples
+    return list(loaded)
 
 
 def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str, Any]:

@@ -9,10 +9,11 @@ any update and at every check, and the share of pool targets that differ from th
 
     python benchmarks/grpo_learning_check.py --seeds 0 1 2 [--set grpo.max_steps=24] [--evaluate]
 
-`--evaluate` adds the held-out test of the claim "RL > SFT": the SFT model and each seed's final
-model are evaluated (two-pass greedy, §5) on every configured eval set, and each seed's EX
-difference from SFT is paired by question (bootstrap CI, exact McNemar p), then pooled over seeds
-(`stats.compare`).
+`--evaluate` adds the held-out test of two claims, "RL > SFT" and "RL shortens outputs": the SFT
+model and each seed's final model are evaluated (two-pass greedy, §5) on every configured eval set,
+and each seed's EX difference and output-token difference from SFT is paired by question (bootstrap
+CI; exact McNemar p for EX, sign-flip permutation p for tokens), then pooled over seeds
+(`stats.compare`, as the claims table).
 """
 from __future__ import annotations
 
@@ -24,58 +25,75 @@ import tempfile
 from pathlib import Path
 
 
+_NOT_COPIED = ("grpo", "eval", "sft_trainer", "shards", "seed-*")  # RL runs and evaluations start afresh
+
+
 def run_seed(profile: str, overrides: dict, seed: int, source: Path, work: Path, evaluate: bool = False) -> dict:
     from acesql_lib.context import RunContext
     from acesql_lib.grpo import build_trainer, run_summary
 
     run = work / f"seed{seed}"
-    shutil.copytree(source, run, ignore=shutil.ignore_patterns("grpo", "eval", "sft_trainer", "shards", "base"))
+    shutil.copytree(source, run, ignore=shutil.ignore_patterns(*_NOT_COPIED, "base"))
     ctx = RunContext.create(profile, {**overrides, "run_dir": str(run), "grpo.seed": seed})
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     trainer.train()
     trainer.engine.close()
     out = {"seed": seed, **run_summary(ctx.paths.grpo_run("full") / "metrics.jsonl")}
     if evaluate:
-        out["correct"] = held_out(ctx, ctx.paths.grpo_run("full") / "final", "rl")
+        out["held_out"] = held_out(ctx, ctx.paths.grpo_run("full") / "final", "rl")
     return out
 
 
-def held_out(ctx, model: Path, stage: str) -> dict[str, dict[str, bool]]:
-    """{eval set: {question id: correct}} of `model` on every configured eval set."""
-    from acesql_lib.evaluate import evaluate_set
+HELD_OUT_KEYS = ("correct", "tokens")  # the two claims the check tests: RL > SFT, RL shortens outputs
 
-    out = {}
+
+def held_out(ctx, model: Path, stage: str) -> dict[str, dict[str, dict[str, object]]]:
+    """{eval set: {"correct" | "tokens": {question id: value}}} of `model` on every configured eval
+    set, read back the way the reports read predictions (`ReportInputs.outcomes`)."""
+    from acesql_lib.evaluate import evaluate_set
+    from acesql_lib.reports.inputs import ReportInputs
+
     for eval_set in ctx.cfg.eval.sets:
         evaluate_set(ctx.cfg, ctx.paths, model, eval_set, stage, progress=False)
-        lines = (ctx.paths.eval_dir / stage / eval_set.name / "predictions.jsonl").read_text().splitlines()
-        out[eval_set.name] = {(r := json.loads(ln))["id"]: bool(r["correct"]) for ln in lines if ln.strip()}
+    inputs = ReportInputs(ctx.paths.metrics, ctx.paths.run)
+    out = {s.name: {key: inputs.outcomes(stage, s.name, key).get(None, {}) for key in HELD_OUT_KEYS}
+           for s in ctx.cfg.eval.sets}
+    if inputs.problems:
+        raise SystemExit(f"{stage} predictions: " + "; ".join(inputs.problems))
     return out
 
 
-def report_held_out(sft: dict[str, dict[str, bool]], results: list[dict], seed: int) -> dict[str, dict]:
-    """RL minus SFT EX per eval set: each seed paired by question, then pooled over the seeds."""
+def _compared(runs: dict, base: dict, key: str, seed: int) -> dict:
+    """RL minus SFT for one quantity: each seed paired by question, then pooled over the seeds."""
     from acesql_lib import stats
 
+    binary, scale = key == "correct", 100.0 if key == "correct" else 1.0
+    per_seed = {k: stats.compare(v, base, ("rl", "sft"), binary=binary, seed=seed) for k, v in runs.items()}
+    pooled = stats.compare(runs, {k: base for k in runs}, ("rl", "sft"), binary=binary, seed=seed) \
+        if len(runs) > 1 else None
+
+    def row(c):
+        return {"diff": scale * c.diff.estimate, "low": scale * c.diff.low, "high": scale * c.diff.high,
+                "p": c.p_value, "test": c.test, "rl": scale * c.a_mean, "sft": scale * c.b_mean}
+    return {"per_seed": {k: row(c) for k, c in per_seed.items()}, "pooled": None if pooled is None else row(pooled)}
+
+
+def report_held_out(sft: dict[str, dict[str, dict]], results: list[dict], seed: int) -> dict[str, dict]:
+    """RL minus SFT per eval set, EX (points) and output tokens per question, printed and returned."""
     out = {}
     for name, base in sft.items():
-        runs = {r["seed"]: r["correct"][name] for r in results}
-        per_seed = {k: stats.compare(v, base, ("rl", "sft"), seed=seed) for k, v in runs.items()}
-        pooled = stats.compare(runs, {k: base for k in runs}, ("rl", "sft"), seed=seed) if len(runs) > 1 else None
-        ex = {k: 100 * sum(v.values()) / len(v) for k, v in runs.items()}
-        print(f"{name}: SFT EX {100 * sum(base.values()) / len(base):.1f} on {len(base)} questions; RL EX "
-              + ", ".join(f"{v:.1f} (seed {k}: {100 * per_seed[k].diff.estimate:+.1f} "
-                          f"[{100 * per_seed[k].diff.low:+.1f}, {100 * per_seed[k].diff.high:+.1f}], "
-                          f"p {per_seed[k].p_value:.3f})" for k, v in ex.items()))
-        if pooled is not None:
-            print(f"{name}: RL - SFT over {len(runs)} seeds {100 * pooled.diff.estimate:+.1f} "
-                  f"[{100 * pooled.diff.low:+.1f}, {100 * pooled.diff.high:+.1f}] points, p {pooled.p_value:.3f} "
-                  f"({pooled.test})")
-        out[name] = {"sft_ex": 100 * sum(base.values()) / len(base), "rl_ex": ex,
-                     "per_seed": {k: {"diff": c.diff.estimate, "low": c.diff.low, "high": c.diff.high,
-                                      "p": c.p_value} for k, c in per_seed.items()},
-                     "pooled": None if pooled is None else {"diff": pooled.diff.estimate, "low": pooled.diff.low,
-                                                            "high": pooled.diff.high, "p": pooled.p_value,
-                                                            "test": pooled.test}}
+        out[name] = {}
+        for key, unit in (("correct", "EX points"), ("tokens", "tokens/question")):
+            got = _compared({r["seed"]: r["held_out"][name][key] for r in results}, base[key], key, seed)
+            out[name][key] = got
+            first = next(iter(got["per_seed"].values()))
+            print(f"{name} {unit}: SFT {first['sft']:.1f}; RL " + ", ".join(
+                f"seed {k}: {v['rl']:.1f} ({v['diff']:+.1f} [{v['low']:+.1f}, {v['high']:+.1f}], p {v['p']:.3f})"
+                for k, v in got["per_seed"].items()))
+            if got["pooled"] is not None:
+                v = got["pooled"]
+                print(f"{name} {unit}: RL - SFT over {len(results)} seeds {v['diff']:+.1f} "
+                      f"[{v['low']:+.1f}, {v['high']:+.1f}], p {v['p']:.3f} ({v['test']})")
     return out
 
 
@@ -100,7 +118,7 @@ def main() -> None:
         sft = None
         if args.evaluate:
             sft_run = Path(work) / "sft"
-            shutil.copytree(paths.run, sft_run, ignore=shutil.ignore_patterns("grpo", "eval", "sft_trainer", "shards"))
+            shutil.copytree(paths.run, sft_run, ignore=shutil.ignore_patterns(*_NOT_COPIED))
             sft_ctx = RunContext.create(args.profile, {**overrides, "run_dir": str(sft_run)})
             sft = held_out(sft_ctx, sft_ctx.paths.sft_model, "sft")
         for seed in args.seeds:
@@ -122,7 +140,7 @@ def main() -> None:
           f"{sum(x > 0 for x in best)}/{len(best)}")
     held = report_held_out(sft, results, args.seeds[0]) if sft is not None else None
     for r in results:
-        r.pop("correct", None)
+        r.pop("held_out", None)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"profile": args.profile, "overrides": overrides, "runs": results,
                                     "held_out": held}, indent=1))

@@ -281,7 +281,8 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     from acesql_lib.context import RunContext
     from acesql_lib.datasets import schemas_for, training_pool
     from acesql_lib.filtering import filter_pool
-    from acesql_lib.tinybase import base_settings, base_training_data
+    from acesql_lib.config import code_hash
+    from acesql_lib.tinybase import BUILD_MODULES, base_settings, base_training_data
     from acesql_lib.tinyworld import build_profile_world
 
     def ctx(**over):
@@ -305,5 +306,7 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     assert sum(any(q in text(s) for q in held_questions) for s in samples_off) >= 2 * 25
     key_on, key_off = base_settings(on.cfg, world), base_settings(off.cfg, world)
     assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
+    # filtering's code keys the base only when it chooses the questions left out
+    assert key_on["code"] == code_hash(*BUILD_MODULES, "filtering") and key_off["code"] == code_hash(*BUILD_MODULES)
     assert base_settings(ctx(**{"model.tiny_base_holdout_stage1": True, "filtering.target_size": 20}).cfg,
                          world)["filtering"] != key_on["filtering"]
