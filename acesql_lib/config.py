@@ -135,6 +135,7 @@ class ModelConfig:
     tiny_base_completion_head: bool = True  # base build: LM head on completion positions only (same loss; CPU speed)
     tiny_base_compile: bool = False  # base build: torch.compile the decoder (same loss to 1e-6; CPU speed)
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
+    tiny_base_think_extra: int = 0  # up to this many filler sentences after a target's think sentence (0..6, uniform per sample); 0 = one sentence
     tiny_base_holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
 
     def __post_init__(self) -> None:
@@ -145,6 +146,8 @@ class ModelConfig:
                "must be divisible by model.tiny_num_heads")
         _check(self.tiny_num_heads % self.tiny_num_kv_heads == 0, "model.tiny_num_kv_heads",
                "must divide model.tiny_num_heads")
+        _check(0 <= self.tiny_base_think_extra <= 6, "model.tiny_base_think_extra",
+               f"must be 0..6 filler sentences (tinybase.THINK_FILLER), got {self.tiny_base_think_extra}")
 
 
 @dataclass

@@ -13,7 +13,9 @@ loss, CPU settings) on gold outputs of BOTH roles from the tiny world's training
 
 Think text (kit's choice; the tiny world has no reasoning traces): one templated sentence that
 names the role and the tables the answer uses, "Columns of a, b." (retriever) and "Query over a, b."
-(generator). It keeps the `<think>` format of §2 without spending CPU time on long rationales.
+(generator). It keeps the `<think>` format of §2 without spending CPU time on long rationales. With
+`model.tiny_base_think_extra` > 0 it goes on with a random number of filler sentences, so outputs
+vary in length and the efficiency claim (RL shortens outputs under the length penalty) can show.
 
 What decides the dev score is copying values from the question and evidence: the dev values never
 occur in training SQL. Three things make copying learnable: the tokenizer is trained on the
@@ -59,8 +61,16 @@ BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets
 HOLDOUT_MODULES = ("filtering",)
 
 
-def tiny_think(columns: Iterable[str], role: str) -> str:
-    """The templated think text of the tiny targets: the role, then the tables the answer reads.
+# Sentences a think text may go on with (`model.tiny_base_think_extra`), always in this order: they
+# carry nothing the answer needs, so a shorter think loses nothing, and each sentence end is a choice
+# between going on and closing the think, which the length penalty of RL can move (§4 step 6).
+THINK_FILLER = ("Read the question.", "Check the schema.", "Keep what is asked.", "Mind the joins.",
+                "Mind the filters.", "Then write it.")
+
+
+def tiny_think(columns: Iterable[str], role: str, extra: int = 0) -> str:
+    """The templated think text of the tiny targets: the role, then the tables the answer reads, then
+    the first `extra` sentences of `THINK_FILLER`.
 
     The first word differs per role ("Columns" / "Query"), so the first generated token commits to
     the right output format next to the prompt's end, which a 2-layer model finds far easier than
@@ -68,8 +78,11 @@ def tiny_think(columns: Iterable[str], role: str) -> str:
     """
     if role not in ("retriever", "generator"):
         raise ValueError(f"role must be 'retriever' or 'generator', got {role!r}")
+    if not 0 <= extra <= len(THINK_FILLER):
+        raise ValueError(f"extra must be 0..{len(THINK_FILLER)} filler sentences, got {extra}")
     tables = ", ".join(sorted({c.split(".", 1)[0] for c in columns}))
-    return f"Columns of {tables}." if role == "retriever" else f"Query over {tables}."
+    head = f"Columns of {tables}." if role == "retriever" else f"Query over {tables}."
+    return " ".join((head, *THINK_FILLER[:extra]))
 
 
 _NAME_VALUE = re.compile(r"[A-Z][a-z]+(?: [A-Z][a-z]+)*")
@@ -120,15 +133,23 @@ def swap_values(question: str, evidence: str, sql: str, rng: random.Random) -> t
 
 
 def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str = "tiny",
-                 value_swap: float = 0.0, seed: int = 0) -> tuple[list[dict[str, Any]], int]:
+                 value_swap: float = 0.0, seed: int = 0, think_extra: int = 0) -> tuple[list[dict[str, Any]], int]:
     """Retriever and generator SFT samples from gold SQL (two per question); also the number skipped.
 
     A question whose gold SQL does not resolve to a column set is skipped (and counted). With
     `value_swap` > 0 that share of questions has its name values replaced by made-up ones
     (`swap_values`) in both roles' samples: the tiny world's dev values never occur in training SQL,
     and a model trained from scratch otherwise memorises the training values instead of copying.
+    With `think_extra` > 0 each sample's think text goes on with 0..`think_extra` filler sentences
+    (uniform, drawn per sample from a stream of its own, so the value swaps stay as they were): the
+    base, and the SFT traces distilled from it, then think at varied length.
     """
     rng = random.Random(seed)
+    think_rng = random.Random(f"think-{seed}")
+
+    def think(columns: frozenset[str], role: str) -> str:
+        return tiny_think(columns, role, think_rng.randint(0, think_extra) if think_extra else 0)
+
     samples, skipped = [], 0
     for ex in examples:
         schema = schemas[ex.db_id]
@@ -145,11 +166,11 @@ def gold_samples(examples: Sequence[Any], schemas: Mapping[str, Any], style: str
         samples.append({"prompt": retriever_messages(schema.to_ddl(relevant_values=relevant), question, evidence,
                                                      style=style),
                         "completion": [{"role": "assistant",
-                                        "content": retriever_target(columns, tiny_think(columns, "retriever"))}]})
+                                        "content": retriever_target(columns, think(columns, "retriever"))}]})
         samples.append({"prompt": generator_messages(schema.to_ddl(columns, relevant_values=relevant), question,
                                                      evidence, style=style),
                         "completion": [{"role": "assistant",
-                                        "content": generator_target(sql, tiny_think(columns, "generator"))}]})
+                                        "content": generator_target(sql, think(columns, "generator"))}]})
     return samples, skipped
 
 
@@ -225,7 +246,8 @@ def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
         held = {e.id for e in stage1_pool(cfg, pool)}
         pool = [e for e in pool if e.id not in held]
     schemas = profile_schemas(cfg, paths or Paths.from_config(cfg), pool)
-    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed)
+    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed,
+                                    cfg.model.tiny_base_think_extra)
     return samples, skipped, base_tokenizer(samples, cfg.model.tiny_vocab_size)
 
 

@@ -164,6 +164,39 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     assert (base_sft_config(slow).length_split, base_sft_config(slow).completion_head) == (1, False)
 
 
+def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
+    """`model.tiny_base_think_extra`: each target's think sentence goes on with 0..k filler sentences,
+    drawn per sample, so the outputs the base (and the SFT traces distilled from it) write vary in
+    length; prompts, answers and the value swaps are those of k = 0, and k is in the reuse key."""
+    from acesql_lib.config import ConfigError, load_config
+    from acesql_lib.datasets import load_synsql, schemas_for
+    from acesql_lib.tinybase import THINK_FILLER, base_settings, gold_samples, tiny_think
+    from acesql_lib.tinyworld import TinyWorld, build_tinyworld
+
+    assert tiny_think(["a.x"], "retriever", 2) == "Columns of a. " + " ".join(THINK_FILLER[:2])
+    with pytest.raises(ValueError, match="filler"):
+        tiny_think(["a.x"], "retriever", len(THINK_FILLER) + 1)
+    world = build_tinyworld(tmp_path / "world", n_train=80, n_dev=10)
+    pool = list(load_synsql(world.train_json, world.train_db_root))
+    schemas = schemas_for(pool, 0)
+    plain, _ = gold_samples(pool, schemas, value_swap=0.75, seed=3)
+    varied, _ = gold_samples(pool, schemas, value_swap=0.75, seed=3, think_extra=3)
+    assert [s["prompt"] for s in varied] == [s["prompt"] for s in plain]  # same questions, same swapped values
+
+    def split(sample):
+        think, answer = sample["completion"][0]["content"].split("</think>")
+        return think, answer
+    assert [split(s)[1] for s in varied] == [split(s)[1] for s in plain]
+    extras = [sum(f in split(s)[0] for f in THINK_FILLER) for s in varied]
+    assert set(extras) == {0, 1, 2, 3}  # every count 0..3 occurs, none above
+    assert all(split(v)[0].startswith(split(p)[0].rstrip("\n")) for v, p in zip(varied, plain))
+    assert gold_samples(pool, schemas, value_swap=0.75, seed=3, think_extra=3) == (varied, 0)  # seeded
+    a, b = load_config("tiny"), load_config("tiny", {"model.tiny_base_think_extra": 3})
+    assert base_settings(a, TinyWorld(tmp_path / "w")) != base_settings(b, TinyWorld(tmp_path / "w"))
+    with pytest.raises(ConfigError, match="tiny_base_think_extra"):
+        load_config("tiny", {"model.tiny_base_think_extra": 7})
+
+
 def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
     import random
     import re
