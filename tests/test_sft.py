@@ -191,7 +191,7 @@ def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
     assert set(extras) == {0, 1, 2, 3}  # every count 0..3 occurs, none above
     assert all(split(v)[0].startswith(split(p)[0].rstrip("\n")) for v, p in zip(varied, plain))
     assert gold_samples(pool, schemas, value_swap=0.75, seed=3, think_extra=3) == (varied, 0)  # seeded
-    a, b = load_config("tiny"), load_config("tiny", {"model.tiny_base_think_extra": 3})
+    a, b = (load_config("tiny", {"model.tiny_base_think_extra": k}) for k in (0, 3))
     assert base_settings(a, TinyWorld(tmp_path / "w")) != base_settings(b, TinyWorld(tmp_path / "w"))
     with pytest.raises(ConfigError, match="tiny_base_think_extra"):
         load_config("tiny", {"model.tiny_base_think_extra": 7})
