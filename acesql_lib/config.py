@@ -164,6 +164,9 @@ class EngineConfig:
         _check(0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]")
 
 
+RL_SELECTIONS = ("stage1", "sft_model")  # whose rollouts choose the RL questions (DistillConfig.rl_selection)
+
+
 @dataclass
 class DistillConfig:
     n_retriever: int = 8  # UNKNOWN (§3.2): retriever samples per question; kit uses the RL value
@@ -177,6 +180,11 @@ class DistillConfig:
     rl_max_correct: int = 14
     n_validation: int = 40  # §3.4: held-out validation pairs (at most half of the eligible questions)
     n_rl_train: int = 2913  # §3.4: RL training pairs (cap)
+    # §3.4 "whose SFT rollouts were correct 2..14 times": "stage1" counts the self-distillation rollouts, as the
+    # authors' release does (their RL rows and pool share stage 1's counts); "sft_model" rolls the SFT model out
+    # again on `rl_candidates` filtered training questions and counts those (`distill.select_by_model`)
+    rl_selection: str = "stage1"
+    rl_candidates: int = 0  # rl_selection "sft_model": questions the SFT model rolls out; 0: the distilled ones
     sft_excludes_validation: bool = True  # UNKNOWN (§3.4 "held-out"): keep the validation pairs out of the SFT data
     shard_size: int = 256  # questions per distillation shard; a killed run loses at most one
     exec_timeout_s: float = 30.0
@@ -189,6 +197,9 @@ class DistillConfig:
                f"must be shortest, first or random, got {self.trace_choice!r}")
         _check(0 <= self.rl_min_correct <= self.rl_max_correct <= self.n_generator, "distill.rl_min_correct",
                "need 0 <= rl_min_correct <= rl_max_correct <= n_generator")
+        _check(self.rl_selection in RL_SELECTIONS, "distill.rl_selection",
+               f"must be one of {', '.join(RL_SELECTIONS)}, got {self.rl_selection!r}")
+        _check(self.rl_candidates >= 0, "distill.rl_candidates", "must be >= 0 (0: the distilled questions)")
         _check(self.compare_mode in ("set", "multiset", "spider"), "distill.compare_mode", "must be set, multiset or spider")
 
 

@@ -177,6 +177,34 @@ def _pool_set(cfg: Config, task: Task, gen: dict[str, Any]) -> list[str] | None:
     return sorted(cols) or None  # empty: `SELECT count(*) FROM t` adds nothing (authors' extractor)
 
 
+def rollout_counts(cfg: Config, by_id: dict[str, Task], records: Sequence[dict[str, Any]]
+                   ) -> tuple[dict[str, int], dict[str, list[list[str]]], dict[str, list[str]]]:
+    """Per question: correct generator rollouts (the pass count), the column sets they give the
+    initial pool, and the gold column set."""
+    pass_counts, correct_sets, gold = {}, {}, {}
+    for rec in records:
+        pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
+        gold[rec["qid"]] = rec["gold_columns"]
+        correct_sets[rec["qid"]] = [s for s in (_pool_set(cfg, by_id[rec["qid"]], g) for g in rec["generator"]) if s]
+    return pass_counts, correct_sets, gold
+
+
+def select_rl(pass_counts: dict[str, int], d: Any, rng: random.Random, validation: Sequence[str] | None = None
+              ) -> tuple[list[str], list[str]]:
+    """(validation, train) question ids: correct between rl_min and rl_max times out of N (§3.4).
+    Validation is held out first, never more than half of the eligible questions, so a small run still
+    has questions to train on; a given `validation` is kept as it is and only left out of the training set."""
+    eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
+    if validation is None:
+        rng.shuffle(eligible)
+        n_val = min(d.n_validation, len(eligible) // 2)
+        return sorted(eligible[:n_val]), sorted(eligible[n_val:n_val + d.n_rl_train])
+    held = set(validation)
+    rest = [q for q in eligible if q not in held]
+    rng.shuffle(rest)
+    return sorted(validation), sorted(rest[:d.n_rl_train])
+
+
 @dataclass
 class DistillProducts:
     sft_samples: list[dict[str, Any]]  # {"role", "qid", "prompt": [messages], "completion": [messages]}
@@ -195,21 +223,13 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
     style = style or cfg.model.prompt_style
     by_id = {t.qid: t for t in tasks}
     rng = random.Random(cfg.seed)
-    samples, correct_sets, gold, pass_counts, routes = [], {}, {}, {}, []
+    samples, routes = [], []
+    pass_counts, correct_sets, gold = rollout_counts(cfg, by_id, records)
     for rec in records:
-        pass_counts[rec["qid"]] = sum(g["match"] for g in rec["generator"])
-        gold[rec["qid"]] = rec["gold_columns"]
-        correct_sets[rec["qid"]] = [s for s in (_pool_set(cfg, by_id[rec["qid"]], g) for g in rec["generator"]) if s]
         # `_record` writes an unresolved gold set as []: unresolved, as in every route record
         routes += [{"correct": g["match"], "pred_columns": g["columns"], "gold_columns": rec["gold_columns"] or None}
                    for g in rec["generator"]]
-    # RL questions: correct between rl_min and rl_max times out of N (§3.4); validation held out first,
-    # but never more than half of them, so a small run still has questions to train on
-    eligible = sorted(q for q, k in pass_counts.items() if d.rl_min_correct <= k <= d.rl_max_correct)
-    rng.shuffle(eligible)
-    n_val = min(d.n_validation, len(eligible) // 2)
-    rl_validation = sorted(eligible[:n_val])
-    rl_train = sorted(eligible[n_val:n_val + d.n_rl_train])
+    rl_validation, rl_train = select_rl(pass_counts, d, rng)
     held_out = set(rl_validation) if d.sft_excludes_validation else set()
     for rec in records:
         t = by_id[rec["qid"]]
@@ -267,15 +287,18 @@ def load_sft_samples(out_dir: str | Path, cfg: Config | None = None) -> list[dic
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
-    """The RL question set and its validation split, as written by `save_products` (or the authors' rows)."""
+def load_rl_tasks(cfg: Config, paths: Any, folder: str | Path | None = None) -> tuple[list[Task], list[Task]]:
+    """The RL question set and its validation split, as written by `save_products` or `select_by_model`
+    (`paths.rl_data`; `folder` another), or the authors' rows."""
     if cfg.data.stage1_source == "authors":
         from .authors_release import release_tasks
 
         return release_tasks(cfg, paths)
-    path = Path(paths.distill) / "rl_questions.json"
+    path = Path(folder or paths.rl_data) / "rl_questions.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no RL question set; run the self-distillation notebook (02) first")
+        step = ("the self-distillation notebook (02)" if Path(path.parent) == Path(paths.distill)
+                else "the RL selection by the SFT model (notebook 03, `distill.select_by_model`)")
+        raise FileNotFoundError(f"{path}: no RL question set; run {step} first")
     data = json.loads(path.read_text())
     cache = Path(paths.run) / "values_index"
     train = make_tasks([Example(**e) for e in data["train"]], cfg.data.n_example_values, cfg.data.example_max_chars,
@@ -285,3 +308,87 @@ def load_rl_tasks(cfg: Config, paths: Any) -> tuple[list[Task], list[Task]]:
     if not train:
         raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
     return train, val
+
+
+# ---------------------------------------------------------------------------------------------
+# RL questions by the SFT model's own rollouts (distill.rl_selection "sft_model")
+
+
+def rl_candidates(cfg: Config, paths: Any) -> list[Example]:
+    """The questions the SFT model rolls out: the filtered (distilled) pool, or with distill.rl_candidates
+    > 0 that many training questions filtered by the same rules (a larger draw of the same pool)."""
+    from .datasets import train_db_root, training_pool
+    from .filtering import filter_pool, load_pool
+
+    if not cfg.distill.rl_candidates:
+        return load_pool(paths.filtered_pool, train_db_root(cfg, paths))
+    from .datasets import schemas_for
+
+    pool = training_pool(cfg, paths, progress=False)
+    schemas = schemas_for(pool.examples, cfg.data.n_example_values, cfg.data.example_max_chars)
+    wider = dataclasses.replace(cfg.filtering, target_size=cfg.distill.rl_candidates)
+    return filter_pool(pool.examples, wider, schemas, seed=cfg.seed).kept
+
+
+def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = None, progress: bool = True
+                    ) -> dict[str, Any]:
+    """§3.4 read as "the SFT model's rollouts": roll the SFT model out on `rl_candidates` with the
+    distillation's sampling (shards, resumable), count its correct generator rollouts per question and keep
+    those correct rl_min..rl_max times out of N; stage 1's validation split stays as it is (so it stays out
+    of the SFT data) and out of the training set. The initial pool is built from these rollouts, as stage 1
+    builds it from its own. Writes `rl_questions.json`, `pool.json` and `summary.json` to `paths.rl_data`;
+    a rerun with the same settings and model reads the finished products back."""
+    from .engines import make_engine
+    from .models import load_policy, model_tag
+
+    if cfg.data.stage1_source == "authors":
+        raise ValueError("distill.rl_selection 'sft_model' needs the kit's own stage 1 (data.stage1_source: ours); "
+                         "the authors' release fixes its RL rows")
+    out = Path(paths.rl_data)
+    model_path = Path(model_path or paths.sft_model)
+    d = cfg.distill
+    stage1 = json.loads((Path(paths.distill) / "rl_questions.json").read_text())
+    validation = [e["id"] for e in stage1["validation"]]
+    record = {"shards": shard_settings(cfg, cfg.model.prompt_style, model_tag(model_path)),
+              "rl_candidates": d.rl_candidates, "bounds": [d.rl_min_correct, d.rl_max_correct],
+              "n_rl_train": d.n_rl_train, "validation": validation, "pool_rules": [cfg.grpo.pool_add_gate,
+                                                                                   cfg.grpo.bare_table_columns]}
+    settings = out / "selection_settings.json"
+    text = json.dumps(record, indent=1, sort_keys=True, default=str) + "\n"
+    if settings.is_file() and settings.read_text() == text and (out / "rl_questions.json").is_file():
+        return json.loads((out / "summary.json").read_text())
+    tasks, skipped = usable(make_tasks(rl_candidates(cfg, paths), cfg.data.n_example_values,
+                                       cfg.data.example_max_chars, cfg.data, Path(paths.run) / "values_index"),
+                            d.exec_timeout_s)
+    model, tokenizer = load_policy(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path)
+    try:
+        records = run_distillation(cfg, tasks, engine, tokenizer, out, style=cfg.model.prompt_style,
+                                   progress=progress, model=model_tag(model_path))
+    finally:
+        engine.close()
+    by_id = {t.qid: t for t in tasks}
+    pass_counts, correct_sets, gold = rollout_counts(cfg, by_id, records)
+    val_ids, train_ids = select_rl(pass_counts, d, random.Random(cfg.seed), validation)
+    # the training questions' pool from these rollouts; validation keeps stage 1's entries (and questions)
+    pool = ColumnSetPool.from_rollouts({q: correct_sets[q] for q in train_ids}, {q: gold[q] for q in train_ids},
+                                       gamma=cfg.grpo.gamma)
+    pool.copy_questions(ColumnSetPool.load(Path(paths.distill) / "pool.json", gamma=cfg.grpo.gamma), val_ids)
+    stage1_val = {e["id"]: e for e in stage1["validation"]}
+    hist = Counter(pass_counts.values())
+    stage1_ids = set(stage1["pass_counts"])
+    summary = {"selection": "sft_model", "model": str(model_tag(model_path)), "candidates": len(records),
+               "skipped": dict(skipped), "n_generator": d.n_generator,
+               "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
+               "rl_train": len(train_ids), "rl_validation": len(val_ids),
+               "rl_train_in_stage1": sum(q in stage1_ids for q in train_ids),
+               "stage1_rl_train": len(stage1["train"]), "pool": pool.stats()}
+    out.mkdir(parents=True, exist_ok=True)
+    pool.save(out / "pool.json")
+    examples = {t.qid: t.example for t in tasks}
+    rl = {"pass_counts": pass_counts, "train": [dataclasses.asdict(examples[q]) for q in train_ids],
+          "validation": [stage1_val[q] for q in val_ids]}
+    (out / "rl_questions.json").write_text(json.dumps(rl, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    settings.write_text(text)
+    return summary

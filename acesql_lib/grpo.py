@@ -527,7 +527,7 @@ def run_settings(cfg: Config, paths: Any) -> dict[str, Any]:
 
     return {"grpo": dataclasses.asdict(cfg.grpo), "engine": dataclasses.asdict(cfg.engine), "seed": cfg.seed,
             "start_model": model_tag(paths.sft_model), "reference": cfg.grpo.reference_model,
-            "pool": digest(paths.distill / "pool.json"), "rl_questions": digest(paths.distill / "rl_questions.json"),
+            "pool": digest(paths.rl_data / "pool.json"), "rl_questions": digest(paths.rl_data / "rl_questions.json"),
             **({"stage1_source": "authors"} if cfg.data.stage1_source == "authors" else {})}
 
 
@@ -558,6 +558,13 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     from .models import load_policy, load_reference
     from .pool_init import initial_pool
 
+    if cfg.distill.rl_selection == "sft_model":  # §3.4 by the SFT model's rollouts: chosen once, then read back
+        from .distill import select_by_model
+
+        if accelerator is None or accelerator.is_main_process:
+            select_by_model(cfg, paths, progress=progress)
+        if accelerator is not None:
+            accelerator.wait_for_everyone()
     policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
     reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None

@@ -27,7 +27,7 @@ class Paths:
         run = resolve(cfg.run_dir) if cfg.run_dir else REPO_ROOT / "runs" / cfg.profile
         reports = resolve(cfg.reports_dir) if cfg.reports_dir else REPO_ROOT / "reports" / cfg.profile
         return cls(profile=cfg.profile, run=run, reports=reports,
-                   tinyworld=resolve(cfg.data.tinyworld_dir))
+                   tinyworld=resolve(cfg.data.tinyworld_dir), rl_selection=cfg.distill.rl_selection)
 
     # data ------------------------------------------------------------------------------------
     @property
@@ -35,6 +35,7 @@ class Paths:
         return self.run / "data"
 
     tinyworld: Path = REPO_ROOT / "data" / "tinyworld"  # shared by profiles that use it; rebuilt only when its manifest changes
+    rl_selection: str = "stage1"  # distill.rl_selection: which folder holds the RL questions and their pool
 
     @property
     def filtered_pool(self) -> Path:
@@ -48,6 +49,12 @@ class Paths:
     @property
     def distill(self) -> Path:
         return self.run / "distill"
+
+    @property
+    def rl_data(self) -> Path:
+        """Where `rl_questions.json` and the initial `pool.json` live: stage 1's folder, or with
+        distill.rl_selection "sft_model" the folder of the SFT model's own rollouts."""
+        return self.run / "rl_select" if self.rl_selection == "sft_model" else self.distill
 
     @property
     def sft_model(self) -> Path:

@@ -107,6 +107,17 @@ class ColumnSetPool:
             weights[frozenset().union(*sets)] = float(len(sets))
         self._weights[qid] = weights
 
+    def copy_questions(self, other: "ColumnSetPool", qids: Iterable[str]) -> None:
+        """Take questions' entries (weights, gold set, visits) from another pool as they are."""
+        for qid in map(str, qids):
+            if qid in self._weights:
+                raise ValueError(f"pool: question {qid!r} is already initialised")
+            if qid not in other._weights:
+                raise KeyError(f"pool: question {qid!r} is not in the pool to copy from")
+            self._weights[qid] = dict(other._weights[qid])
+            self._gold[qid] = other._gold[qid]
+            self._visits[qid] = other._visits[qid]
+
     def with_mode(self, mode: str) -> "ColumnSetPool":
         """The same initial pool under another initialisation (for ablations that load the pool
         the distillation stage wrote). Only a pool in "sft_rollouts" mode that was never visited

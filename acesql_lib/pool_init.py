@@ -110,7 +110,7 @@ def initial_pool(cfg: Any, paths: Any, tasks: Sequence[Task]) -> ColumnSetPool:
         gold = {t.qid: t.gold_columns or () for t in tasks}
         return ColumnSetPool.from_rollouts({}, gold, gamma=cfg.grpo.gamma, mode="static_gold")
     plus_gold = mode == "sft_rollouts_plus_gold"
-    pool = ColumnSetPool.load(Path(paths.distill) / "pool.json", mode="sft_rollouts" if plus_gold else mode,
+    pool = ColumnSetPool.load(Path(paths.rl_data) / "pool.json", mode="sft_rollouts" if plus_gold else mode,
                               gamma=cfg.grpo.gamma)
     if plus_gold:
         pool, seeded = seed_gold(pool)

@@ -110,9 +110,14 @@ def main() -> None:
     from acesql_lib.context import RunContext
 
     overrides = parse_overrides(args.set)
-    paths = RunContext.create(args.profile, overrides).paths
+    ctx = RunContext.create(args.profile, overrides)
+    paths = ctx.paths
     if not (paths.sft_model / "config.json").exists():
         raise SystemExit(f"{paths.sft_model}: no SFT model; run notebooks 00-03 of profile {args.profile} first")
+    if ctx.cfg.distill.rl_selection == "sft_model":  # chosen once in the source run, then copied to every seed
+        from acesql_lib.distill import select_by_model
+
+        print("RL questions by the SFT model's rollouts:", select_by_model(ctx.cfg, paths), flush=True)
     results = []
     with tempfile.TemporaryDirectory(prefix="grpo_learning_check_") as work:
         sft = None

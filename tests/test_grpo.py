@@ -212,3 +212,71 @@ def test_trainer_reads_the_prompt_style_from_the_config(template, tmp_path):
     r = rolls[0]
     assert r.retriever.prompts[0] == retriever_prompt(r.task, trainer.tokenizer, "paper",
                                                       ctx.cfg.engine.enable_thinking)
+
+
+def test_rl_questions_chosen_by_the_sft_models_own_rollouts(template, tmp_path, monkeypatch):
+    """distill.rl_selection "sft_model" (§3.4 read as the SFT model's rollouts): the SFT model is rolled out
+    on the filtered pool, each question's correct rollouts are counted from its own shard records, the
+    questions inside the bounds train, stage 1's validation split is kept as it is, the training
+    questions' pool comes from these rollouts, a rerun reads the products back, and GRPO trains on them."""
+    import acesql_lib.engines as engines
+    from acesql_lib.datasets import load_synsql
+    from acesql_lib.distill import _pool_set, make_tasks, select_by_model
+    from acesql_lib.filtering import save_pool
+    from acesql_lib.models import model_tag
+    from acesql_lib.pool import ColumnSetPool
+
+    run = fresh_run(template, tmp_path, "sel")
+    world = template.parent / "world"
+    candidates = load_synsql(world / "train" / "data.json", world / "train" / "databases").examples[:14]
+    save_pool(run / "data" / "filtered_pool.json", candidates)
+    stage1 = json.loads((run / "distill" / "rl_questions.json").read_text())
+    stage1_val = [e["id"] for e in stage1["validation"]]
+    over = rl_overrides(run, **{"data.tinyworld_dir": str(world), "distill.rl_selection": "sft_model",
+                                "distill.n_retriever": 2, "distill.n_generator": 4, "distill.max_new_tokens": 40,
+                                "distill.temperature": 1.0, "distill.shard_size": 5, "distill.exec_timeout_s": 5,
+                                "distill.rl_min_correct": 0, "distill.rl_max_correct": 4, "distill.n_rl_train": 9,
+                                "grpo.max_steps": 1})
+    ctx = RunContext.create("tiny", over)
+    assert ctx.paths.rl_data == run / "rl_select"
+    summary = select_by_model(ctx.cfg, ctx.paths, progress=False)
+    out = run / "rl_select"
+    shards = sorted(out.glob("shards/*/shard-*.jsonl"))
+    assert len(shards) == 3  # 14 questions, 5 a shard
+    settings = json.loads(shards[0].with_name("settings.json").read_text())
+    assert settings["model"] == model_tag(run / "models" / "sft")  # the SFT model's rollouts, not the base's
+    records = [json.loads(line) for f in shards for line in f.read_text().splitlines()]
+    counts = {r["qid"]: sum(g["match"] for g in r["generator"]) for r in records}
+    data = json.loads((out / "rl_questions.json").read_text())
+    assert data["pass_counts"] == counts
+    assert [e["id"] for e in data["validation"]] == sorted(stage1_val)  # stage 1's split, kept as it is
+    train = [e["id"] for e in data["train"]]
+    assert len(train) == 9 == summary["rl_train"] and not set(train) & set(stage1_val)
+    assert set(train) <= {e.id for e in candidates[:14]}
+    pool = ColumnSetPool.load(out / "pool.json", gamma=0.5)
+    stage1_pool = ColumnSetPool.load(run / "distill" / "pool.json", gamma=0.5)
+    for q in stage1_val:
+        assert pool.targets(q) == stage1_pool.targets(q)
+    tasks = {t.qid: t for t in make_tasks(candidates, 0)}
+    for r in records:  # one weight per correct rollout, by stage 1's rule for what a rollout gives the pool
+        if r["qid"] in train:
+            n_sets = sum(1 for g in r["generator"] if _pool_set(ctx.cfg, tasks[r["qid"]], g))
+            assert sum(pool.weights(r["qid"]).values()) == n_sets, r["qid"]
+
+    def no_rollouts(*a, **k):
+        raise AssertionError("finished products must be read back, not rolled out again")
+    monkeypatch.setattr(engines, "make_engine", no_rollouts)
+    assert select_by_model(ctx.cfg, ctx.paths, progress=False) == summary
+    monkeypatch.undo()
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert sorted(t.qid for t in trainer.tasks) == sorted(train)
+    assert sorted(t.qid for t in trainer.val_tasks) == sorted(stage1_val)
+    trainer.engine.close()
+
+    # narrower bounds: the same shards, recounted; only questions inside the bounds train
+    ctx2 = RunContext.create("tiny", {**over, "distill.rl_min_correct": 1})
+    select_by_model(ctx2.cfg, ctx2.paths, progress=False)
+    train2 = [e["id"] for e in json.loads((out / "rl_questions.json").read_text())["train"]]
+    eligible = {q for q, k in counts.items() if k >= 1 and q not in stage1_val}
+    assert set(train2) <= eligible and len(train2) == min(9, len(eligible))
+    assert sorted(out.glob("shards/*/shard-*.jsonl")) == shards  # no new rollouts for new bounds
