@@ -346,6 +346,7 @@ class EvalConfig:
     retriever_parser: str = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
     generator_parser: str = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
     ablation_sets: list[str] = field(default_factory=list)  # sets the ablation variants are evaluated on; [] = the first (§6: BIRD dev)
+    reuse: bool = True  # an evaluation of the same model, set, settings and code is read back, not redone (evaluate.eval_key)
 
     def ablation_eval_sets(self) -> list[EvalSet]:
         """The sets notebook 06 evaluates each ablation variant on (`ablation_sets`, else the first)."""

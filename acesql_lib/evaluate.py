@@ -31,8 +31,12 @@ Tables turn shares into percent when they print (`reports`), never by guessing f
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
+import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -266,9 +270,60 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
 
 
+# What an evaluation's outputs depend on besides settings: the code that loads, prompts, generates,
+# parses, executes and scores (a change to any of them evaluates afresh)
+EVAL_CODE = ("evaluate", "rollouts", "prompts", "engines", "evalparse", "executor", "schema", "values_index",
+             "sqlcolumns", "routes", "datasets", "models", "stats")
+
+
+def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str, Any]:
+    """Everything one evaluation's records depend on: the model (`models.model_tag`), the set and the
+    bytes of its questions file, the evaluation, engine, schema-text and prompt settings, the seed and
+    the code (`EVAL_CODE`). Two evaluations with equal keys give the same records (greedy decoding)."""
+    from .config import code_hash, settings_hash
+    from .models import model_tag
+
+    questions = Path(eval_set.path)
+    digest = hashlib.sha256(questions.read_bytes()).hexdigest()[:16] if questions.is_file() else None
+    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "workers", "reuse")}
+    data = {k: v for k, v in dataclasses.asdict(cfg.data).items()}
+    return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest, "eval": ev,
+            "engine": dataclasses.asdict(cfg.engine), "data": settings_hash(data), "style": cfg.model.prompt_style,
+            "dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "code": code_hash(*EVAL_CODE)}
+
+
+def _cached(folder: Path, key_text: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    try:
+        if (folder / "key.json").read_text() != key_text:
+            return None
+        metrics = json.loads((folder / "metrics.json").read_text())
+        records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError):
+        return None  # missing or half written: evaluate afresh
+    return (metrics, records) if len(records) == metrics.get("n") else None
+
+
+def _store(folder: Path, key_text: str, result: EvalResult) -> None:
+    """Write the cache entry whole or not at all (a temporary folder renamed into place)."""
+    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(result.files["metrics"], tmp / "metrics.json")
+    shutil.copy2(result.files["predictions"], tmp / "predictions.jsonl")
+    (tmp / "key.json").write_text(key_text)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
                  progress: bool = True) -> EvalResult:
-    """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>."""
+    """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.
+
+    With `eval.reuse` (default) an evaluation whose `eval_key` matches one already made in this run folder
+    (`runs/<profile>/eval_cache/`, shared by a study's seeds) is read back instead of redone: notebook 06's
+    full variant is notebook 05's RL model, and every seed of a study evaluates the same base and SFT models.
+    The metrics then say `"reused": true`; their times are those of the evaluation that ran."""
+    from .config import settings_hash
     from .models import load_policy
 
     if isinstance(eval_set, str):
@@ -276,17 +331,30 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
         if eval_set not in names:
             raise KeyError(f"eval set {eval_set!r} not in eval.sets ({', '.join(names)})")
         eval_set = names[eval_set]
+    out_dir = paths.eval_dir / stage / eval_set.name
+    key = eval_key(cfg, model_path, eval_set)
+    key_text = json.dumps(key, indent=1, sort_keys=True, default=str) + "\n"
+    entry = paths.eval_cache / settings_hash(key, 16)
+    hit = _cached(entry, key_text) if cfg.eval.reuse else None
+    if hit is not None:
+        metrics, records = hit
+        result = EvalResult({**metrics, "stage": stage, "reused": True}, records, Path(out_dir))
+        result.files = write_outputs(result, eval_set.name)
+        return result
     examples, schemas = load_eval_set(cfg, eval_set)
     model, tokenizer = load_policy(model_path, cfg.model.dtype, cfg.model.device)
     model.eval()
     engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
-        return evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage,
-                        out_dir=paths.eval_dir / stage / eval_set.name, set_name=eval_set.name, engine=engine,
-                        progress=progress)
+        result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,
+                          set_name=eval_set.name, engine=engine, progress=progress)
     finally:
         engine.close()
+    result.metrics["reused"] = False
+    result.files["metrics"].write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
+    _store(entry, key_text, result)
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:

@@ -16,6 +16,9 @@ def resolve(path: str | Path) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+EVAL_CACHE = "eval_cache"  # a run folder's (or a study's shared) cache of finished evaluations
+
+
 @dataclass(frozen=True)
 class Paths:
     profile: str
@@ -89,6 +92,11 @@ class Paths:
     @property
     def eval_dir(self) -> Path:
         return self.run / "eval"
+
+    @property
+    def eval_cache(self) -> Path:
+        """Finished evaluations by key (`evaluate.eval_key`), read back instead of redone."""
+        return self.run / EVAL_CACHE
 
     def ensure(self) -> "Paths":
         for d in (self.run, self.data, self.metrics, self.figures, self.tables, self.executed):

@@ -27,10 +27,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .config import REPO_ROOT, code_hash, load_config, parse_overrides, settings_hash
+from .paths import EVAL_CACHE
 
 SHARED_NOTEBOOKS = ["00", "01", "02", "03"]
 SEED_NOTEBOOKS = ["04", "05", "06"]
 SHARED_DIRS = ("data", "distill", "models")  # what every seed reads from the shared stages
+SHARED_CACHES = (EVAL_CACHE,)  # what every seed reuses: the base and SFT evaluations are the same for all (evaluate_set)
 DONE = "study_done.json"
 
 
@@ -64,9 +66,12 @@ def pending_seeds(run_root: Path, seeds: list[int], profile: str, overrides: dic
 
 
 def link_shared(seed_dir: Path, shared: Path) -> None:
-    """Point `seed_dir/{data,distill,models}` at the shared stages (relative links; idempotent)."""
+    """Point `seed_dir/{data,distill,models}` at the shared stages and `seed_dir/eval_cache` at the shared
+    evaluation cache (relative links; idempotent)."""
     seed_dir.mkdir(parents=True, exist_ok=True)
-    for name in SHARED_DIRS:
+    for name in SHARED_CACHES:
+        (shared / name).mkdir(parents=True, exist_ok=True)
+    for name in (*SHARED_DIRS, *SHARED_CACHES):
         link, target = seed_dir / name, Path(os.path.relpath(shared / name, seed_dir))
         if link.is_symlink() and Path(os.readlink(link)) == target:
             continue

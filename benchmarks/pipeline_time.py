@@ -67,7 +67,7 @@ def collect_phases(run_dir: Path, reports_dir: Path) -> dict[str, dict[str, floa
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         for r in rec if isinstance(rec, list) else [rec]:
-            if isinstance(r, dict) and "time/generation_s" in r and "stage" in r:
+            if isinstance(r, dict) and "time/generation_s" in r and "stage" in r and not r.get("reused"):
                 key = (r.get("stage"), r.get("set"), r.get("seconds"))
                 if key in seen:  # the same evaluation may be written to several files
                     continue

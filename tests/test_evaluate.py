@@ -183,6 +183,57 @@ def test_evaluate_set_loads_a_saved_checkpoint_and_writes_under_the_run(bird_dir
         evaluate_set(cfg, paths, tmp_path / "model", "no_such_set", stage="random")
 
 
+def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bird_dir, tmp_path, monkeypatch):
+    """Notebook 06's full variant is notebook 05's RL model, and a study's seeds share base and SFT: the
+    second evaluation under another stage name reads the first back (same records, "reused"), while a
+    changed model, setting or questions file, or eval.reuse off, evaluates afresh."""
+    import dataclasses
+    import shutil
+
+    import acesql_lib.evaluate as ev
+
+    cfg = _cfg()
+    examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
+    schemas = schemas_for(examples)
+    samples = _samples(examples, schemas)
+    tok = _tokenizer([m["content"] for s in samples for m in s["prompt"] + s["completion"]])
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                             max_position=1024, seed=0)
+    save_tiny(model, tok, tmp_path / "model")
+    questions = tmp_path / "dev.json"
+    shutil.copy(bird_dir / "dev.json", questions)
+    eval_set = EvalSet("mini", "bird", str(questions), "", str(bird_dir / "dev_databases"))
+    paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
+    calls = []
+    real = ev.evaluate
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(k["stage"]) or real(*a, **k))
+
+    first = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rl", progress=False)
+    again = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rl_full", progress=False)
+    assert calls == ["rl"] and (first.metrics["reused"], again.metrics["reused"]) == (False, True)
+    assert again.records == first.records and again.metrics["stage"] == "rl_full"
+    assert {k: v for k, v in again.metrics.items() if k not in ("stage", "reused")} == \
+        {k: v for k, v in first.metrics.items() if k not in ("stage", "reused")}
+    written = json.loads((tmp_path / "run" / "eval" / "rl_full" / "mini" / "metrics.json").read_text())
+    assert written["stage"] == "rl_full" and written["reused"] is True
+    assert (tmp_path / "run" / "eval" / "rl_full" / "mini" / "predict_mini.json").read_text() == \
+        (tmp_path / "run" / "eval" / "rl" / "mini" / "predict_mini.json").read_text()
+
+    evaluate_set(dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_new_tokens=cfg.eval.max_new_tokens - 1)),
+                 paths, tmp_path / "model", eval_set, stage="shorter", progress=False)
+    evaluate_set(dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=False)),
+                 paths, tmp_path / "model", eval_set, stage="no_reuse", progress=False)
+    save_tiny(model, tok, tmp_path / "model")  # rewritten weights: another model for every reuse key
+    evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rewritten", progress=False)
+    questions.write_text(json.dumps(json.loads(questions.read_text())[:2]))
+    short = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="fewer", progress=False)
+    assert calls == ["rl", "shorter", "no_reuse", "rewritten", "fewer"] and short.metrics["n"] == 2
+    for entry in (tmp_path / "run" / "eval_cache").iterdir():  # a half-written entry is never read back
+        (entry / "predictions.jsonl").write_text("")
+    evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="fewer_again", progress=False)
+    assert calls[-1] == "fewer_again"
+
+
 @pytest.mark.slow
 def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     """The tiny base model plays Qwen3-8B's part: well formed, some right, room to improve (10-60% EX)."""

@@ -31,6 +31,7 @@ def test_seeds_link_the_shared_stages(tmp_path):
     study.link_shared(seed, root)
     study.link_shared(seed, root)  # idempotent
     assert (seed / "models" / "sft").is_dir() and os.readlink(seed / "distill") == "../distill"
+    assert (root / "eval_cache").is_dir() and os.readlink(seed / "eval_cache") == "../eval_cache"  # made, shared
     other = root / "seed-5"
     (other / "models").mkdir(parents=True)  # a real folder where a link belongs is not overwritten
     with pytest.raises(FileExistsError, match="seed-5/models: exists and is not a link"):
