@@ -14,7 +14,7 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study
+.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ venv: $(STAMP)
 
 reproduce: $(STAMP)
 	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+
+# The tiny base model built from scratch (~11 min on 2 cores) and written to data/tiny_base/, the copy
+# `make reproduce` uses while it matches the code (acesql_lib/tinybase.py); commit it with the change.
+ship-base: $(STAMP)
+	$(PY) -m acesql_lib.tinybase --profile tiny --ship
 
 # Every RL variant over several seeds (resumable: finished seeds are skipped), claims pooled over seeds,
 # written to reports/$(PROFILE)-study/ (acesql_lib/study.py). `make reproduce` stays one seed.

@@ -137,6 +137,9 @@ class ModelConfig:
     tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
     tiny_base_think_extra: int = 0  # up to this many filler sentences after a target's think sentence (0..6, uniform per sample); 0 = one sentence
     tiny_base_holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
+    # A base model the kit ships, used instead of a build when it was built from these settings and this code
+    # (tinybase.prebuilt_matches), as the paper profile downloads Qwen3-8B; "" always builds. Not in the reuse key.
+    tiny_base_prebuilt: str = ""
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")

@@ -27,6 +27,13 @@ values stops paying), and enough steps: copying appears between steps 400 and 60
 The strength of the base model is controlled by `model.tiny_base_steps` (optimizer steps, never
 wall time), so a seed gives the same model on any machine. The folder gets a manifest (seed,
 steps, hash of every setting that shapes the model); a rerun with the same settings reuses it.
+
+The kit ships the tiny profile's base (`data/tiny_base/`, `model.tiny_base_prebuilt`), as the paper
+profile downloads Qwen3-8B: a run copies it in when its manifest's settings equal the run's, the
+machine's thread count and torch's build suffix aside (`portable`), and builds otherwise. Shipping
+one model also makes every machine start from the same weights, where builds on other thread counts
+differ in the last digits. `python -m acesql_lib.tinybase --ship` builds (or reuses) the base and
+writes it there; tests/test_tinybase_prebuilt.py fails when the shipped one no longer matches the code.
 """
 from __future__ import annotations
 
@@ -198,7 +205,8 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
     """Everything that shapes the base model; its hash decides whether a saved model is reused."""
     manifest = world.read_manifest() if world.manifest.is_file() else {}
     return {
-        "kit_version": KIT_VERSION, "seed": cfg.seed, "model": asdict(cfg.model), "sft": asdict(base_sft_config(cfg)),
+        "kit_version": KIT_VERSION, "seed": cfg.seed, "sft": asdict(base_sft_config(cfg)),
+        "model": {k: v for k, v in asdict(cfg.model).items() if k != "tiny_base_prebuilt"},  # where from, not what
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
         # with the hold-out, filtering decides which questions the base is trained on
         "filtering": asdict(cfg.filtering) if cfg.model.tiny_base_holdout_stage1 else None,
@@ -301,6 +309,82 @@ def compiled_decoder(model: Any, enabled: bool = True) -> Iterator[Any]:
         decoder.__dict__.pop("forward", None)
 
 
+MACHINE_SETTINGS = ("torch_threads",)  # what a build records of the machine; a shipped base is used across them
+PREBUILT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                  "tokenizer_config.json", "chat_template.jinja", "sft_log.jsonl", MANIFEST)
+
+
+def portable(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A base's settings without the machine's: the thread count, and torch's local build suffix
+    (2.13.0+cpu and 2.13.0 are the same release)."""
+    out = {k: v for k, v in settings.items() if k not in MACHINE_SETTINGS}
+    out["torch"] = str(out.get("torch", "")).split("+")[0]
+    return out
+
+
+def prebuilt_matches(folder: Path, settings: Mapping[str, Any]) -> list[str]:
+    """[] when the shipped base in `folder` was built from `settings` (machine aside), else what differs
+    (the top-level settings keys, or why the folder is unusable)."""
+    manifest = Path(folder) / MANIFEST
+    missing = [f for f in PREBUILT_FILES if f != "chat_template.jinja" and not (Path(folder) / f).is_file()]
+    if missing:
+        return [f"missing {', '.join(missing)}"]
+    try:
+        shipped = portable(json.loads(manifest.read_text())["settings"])
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{manifest}: not a base-model manifest ({e})") from None
+    here = json.loads(json.dumps(portable(settings), default=str))
+    return sorted(k for k in set(here) | set(shipped) if here.get(k) != shipped.get(k))
+
+
+def _use_prebuilt(cfg: Config, out: Path, settings: Mapping[str, Any], digest: str) -> bool:
+    """Copy the shipped base into `out` when it matches; say why not when it does not."""
+    import shutil
+
+    from .paths import resolve
+
+    folder = resolve(cfg.model.tiny_base_prebuilt)
+    if not folder.is_dir():
+        print(f"[tiny base] no shipped base at {cfg.model.tiny_base_prebuilt}: building one")
+        return False
+    differs = prebuilt_matches(folder, settings)
+    if differs:
+        print(f"[tiny base] the shipped base ({cfg.model.tiny_base_prebuilt}) was built from other settings or code "
+              f"(differs in: {', '.join(differs)}): building one (about 11 minutes on 2 cores)")
+        return False
+    work = out.with_name(out.name + ".copying")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    for name in PREBUILT_FILES:
+        if (folder / name).is_file():
+            shutil.copy2(folder / name, work / name)
+    manifest = json.loads((work / MANIFEST).read_text())
+    manifest.update({"prebuilt_from": cfg.model.tiny_base_prebuilt, "prebuilt_config_hash": manifest["config_hash"],
+                     "config_hash": digest})  # this machine's key, under which later stages reuse it
+    (work / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    work.rename(out)
+    print(f"[tiny base] using the shipped base ({cfg.model.tiny_base_prebuilt}, built from these settings)")
+    return True
+
+
+def ship(built: Path, dest: Path) -> Path:
+    """Write a built base's files to `dest` (the shipped copy, `model.tiny_base_prebuilt`)."""
+    import shutil
+
+    manifest = json.loads((Path(built) / MANIFEST).read_text())
+    if "prebuilt_from" in manifest:
+        raise ValueError(f"{built}: a copy of a shipped base, not a build; build it afresh with --force")
+    dest = Path(dest)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in PREBUILT_FILES:
+        if (Path(built) / name).is_file():
+            shutil.copy2(Path(built) / name, dest / name)
+    return dest
+
+
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
                     eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
     """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
@@ -317,6 +401,8 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
         old = json.loads(manifest_path.read_text())
         if old.get("config_hash") == digest:
             return out
+    if not force and eval_fn is None and cfg.model.tiny_base_prebuilt and _use_prebuilt(cfg, out, settings, digest):
+        return out
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     samples, skipped, tokenizer = base_training_data(cfg, world, paths)
@@ -386,6 +472,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--evaluate", action="store_true", help="also run the two-pass greedy evaluation on the dev set")
+    ap.add_argument("--ship", action="store_true",
+                    help="build without the shipped copy and write the result to model.tiny_base_prebuilt")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
     from .config import parse_overrides
@@ -393,7 +481,17 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ctx = RunContext.create(args.profile, parse_overrides(args.set))
     cfg, paths = ctx.cfg, ctx.paths
     world = build_profile_world(cfg.data, paths.tinyworld)
-    path = build_tiny_base(cfg, paths, world, force=args.force)
+    if args.ship:
+        if not cfg.model.tiny_base_prebuilt:
+            raise SystemExit("--ship: model.tiny_base_prebuilt is empty; name the folder to write")
+        cfg = replace(cfg, model=replace(cfg.model, tiny_base_prebuilt=""))  # a build, never the old copy
+    copied = (paths.base_model / MANIFEST).is_file() and \
+        "prebuilt_from" in json.loads((paths.base_model / MANIFEST).read_text())
+    path = build_tiny_base(cfg, paths, world, force=args.force or (args.ship and copied))
+    if args.ship:
+        from .paths import resolve
+
+        print(f"shipped: {ship(path, resolve(ctx.cfg.model.tiny_base_prebuilt))}")
     manifest = json.loads((path / MANIFEST).read_text())
     print(json.dumps({k: manifest[k] for k in ("steps", "train_loss", "build_seconds", "token_lengths")}, indent=1))
     if args.evaluate:

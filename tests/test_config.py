@@ -1,5 +1,6 @@
 import pytest
 
+from acesql_lib.context import RunContext
 from acesql_lib.config import Config, ConfigError, GRPOConfig, load_config, parse_overrides
 from acesql_lib.paths import Paths
 
@@ -117,10 +118,20 @@ def test_profiles_train_and_evaluate_with_the_authors_semantics(profile):
 @pytest.mark.parametrize("key,value", [("grpo.truncation", "sometimes"), ("grpo.think_rule", "loose"),
                                        ("grpo.pool_add_gate", "any"), ("grpo.bare_table_columns", "pk"),
                                        ("grpo.pcgrad_eps", -1.0), ("eval.retriever_parser", "regex"),
-                                       ("eval.generator_parser", "regex")])
+                                       ("eval.generator_parser", "regex"), ("distill.rl_selection", "base_model"),
+                                       ("distill.rl_candidates", -1)])
 def test_bad_semantics_option_is_named(key, value):
     with pytest.raises(ConfigError, match=key):
         load_config("tiny", overrides={key: value})
+
+
+def test_rl_questions_are_chosen_by_stage_one_counts_as_the_authors_release_does():
+    for profile in ("tiny", "paper"):
+        cfg = load_config(profile)
+        assert cfg.distill.rl_selection == "stage1"
+        assert RunContext.create(profile, {}).paths.rl_data == RunContext.create(profile, {}).paths.distill
+    other = RunContext.create("tiny", {"distill.rl_selection": "sft_model"}).paths
+    assert other.rl_data == other.run / "rl_select"
 
 
 def test_ablation_sets_name_configured_sets():
