@@ -333,7 +333,8 @@ class JointGRPO:
                 for r in rolls]
         rows = [x for part in _gather_objects(self.acc, rows) for x in [part]]
         n = max(len(rows), 1)
-        return {"val/ex": 100.0 * sum(a for a, _ in rows) / n, "val/retriever_exact": 100.0 * sum(b for _, b in rows) / n}
+        # EX in percent, the retriever's exact-match share a fraction (README, "Units")
+        return {"val/ex": 100.0 * sum(a for a, _ in rows) / n, "val/retriever_exact": sum(b for _, b in rows) / n}
 
     # -- checkpoints: everything needed to continue exactly -----------------------------------
     def save_checkpoint(self) -> Path | None:

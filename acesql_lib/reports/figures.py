@@ -140,7 +140,8 @@ def fig_rewards(logs: dict[str, list[dict[str, Any]]], profile: str) -> plt.Figu
     for ax, role in zip(axes, ROLES):
         _plot_curves(ax, logs, f"reward/{role}", profile, f"({'ab'[ROLES.index(role)]}) {role} reward", "mean reward")
     _plot_curves(axes[2], logs, "val/ex", profile, "(c) validation EX", "%")
-    _plot_curves(axes[3], logs, "val/retriever_exact", profile, "(d) validation retriever exact match", "%")
+    _plot_curves(axes[3], logs, "val/retriever_exact", profile, "(d) validation retriever exact match", "%",
+                 scale=100.0)  # logged as a fraction
     _figure_legend(fig, axes)
     fig.suptitle(f"Rewards per role and validation vs RL step (profile {profile})")
     return fig
