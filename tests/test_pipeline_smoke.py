@@ -1,27 +1,25 @@
 """The whole tiny pipeline, notebooks 00-07, headless through the runner (what `make reproduce`
 does), at smoke size: every expected table and figure must exist and the metrics must be in range.
 
-Smoke size keeps the code paths of configs/tiny.yaml and shrinks the counts: a 300-question world
-(in the test's own folder) that 400 base-model steps of batch 16 (11 epochs, ~4 minutes here)
-learn well enough for distillation to find correct rollouts on its own questions; 64 filtered
-questions; 2 RL steps per variant; 40 eval questions. Its numbers exercise the plumbing, not the
-method (`make reproduce` runs the profile's sizes).
+Smoke size keeps the code paths and the world of configs/tiny.yaml and shrinks the counts: the
+profile's world (built in the test's own folder) and therefore its shipped base model, copied in as
+`make reproduce` copies it (the one base every tiny run shares; the rehearsal smoke run and
+tests/test_tinybase_prebuilt.py build theirs); 64 filtered questions; 2 RL steps per variant; 40
+eval questions. Its numbers exercise the plumbing, not the method (`make reproduce` runs the
+profile's sizes).
 """
 import json
 
 import pytest
 
+from acesql_lib.config import load_config
 from acesql_lib.pipeline import run_pipeline
 from acesql_lib.reports import FIGURES, TABLES
 from pipeline_checks import NOTEBOOKS, assert_every_artefact
 
 pytestmark = pytest.mark.notebook
 
-# 400 base steps come before copying emerges, so the smoke base keeps real values and trains on the
-# stage-1 questions too (it memorises them, and distillation still finds correct rollouts on them).
-SMOKE = {"data.tiny_n_train": 300, "model.tiny_base_steps": 400, "model.tiny_base_batch_size": 16,
-         "model.tiny_base_value_swap": 0.0, "model.tiny_base_holdout_stage1": False,
-         "filtering.target_size": 64, "distill.n_validation": 4, "distill.shard_size": 32, "grpo.max_steps": 2,
+SMOKE = {"filtering.target_size": 64, "distill.n_validation": 4, "distill.shard_size": 32, "grpo.max_steps": 2,
          "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 40}
 
 
@@ -36,13 +34,16 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert_every_artefact(reports)
 
     m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
+    n_train = load_config("tiny").data.tiny_n_train
+    base = json.loads((tmp_path / "run" / "models" / "base" / "tiny_base_manifest.json").read_text())
+    assert base["prebuilt_from"] == "data/tiny_base"  # the shipped base, not a build
     data = m("00_data")
-    assert data["train_questions"] == SMOKE["data.tiny_n_train"] and data["train_skipped"] == 0
+    assert data["train_questions"] == n_train and data["train_skipped"] == 0
     assert data["eval_questions"]["tiny_dev"] >= 300 and data["eval_questions"]["tiny_dev_id"] >= 400
     assert all(v >= 0.2 for v in data["annotated_route_share"].values())
     filtering = m("01_source_filtering")
     assert filtering["kept"] == SMOKE["filtering.target_size"]
-    assert filtering["funnel"]["input"] == SMOKE["data.tiny_n_train"]
+    assert filtering["funnel"]["input"] == n_train
     assert sum(filtering["dropped"].values()) == filtering["funnel"]["input"] - filtering["kept"]
     assert (tmp_path / "run" / "data" / "filtered_pool.json").exists()
     for fig in ("data_routes", "filtering_distributions", "distill_pass_rates", "sft_loss"):
@@ -72,6 +73,10 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     variants = m("06_ablations")["variants"]
     assert set(variants) == {"full", "no_pcgrad", "no_schedule", "static_gold", "dense_reward"}
     assert all(set(v) == {"tiny_dev", "tiny_dev_id"} for v in variants.values())  # eval.ablation_sets
+    # the full variant is notebook 05's RL model: its evaluation is read back, not redone
+    assert all(variants["full"][s]["reused"] and not stages["rl"][s]["reused"] for s in ("tiny_dev", "tiny_dev_id"))
+    assert all(variants["full"][s]["ex"] == stages["rl"][s]["ex"] for s in ("tiny_dev", "tiny_dev_id"))
+    assert not any(variants[v][s]["reused"] for v in variants if v != "full" for s in ("tiny_dev", "tiny_dev_id"))
     assert m("07_tables_and_figures")["n_artefacts"] >= len(TABLES) * 3 + len(FIGURES) * 2
     main_table = (reports / "tables" / "table1_main.md").read_text()
     assert "paper" in main_table.lower() and "tiny" in main_table.lower()
