@@ -46,7 +46,7 @@ from typing import Any
 from .config import Config, EvalSet
 from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
-from .paths import Paths
+from .paths import Paths, resolve
 from .evalparse import parse_generator_eval, parse_retriever_eval
 from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, Task, execute_rollouts, generate, retrieve, select
 from .routes import alternative_route, route_share
@@ -283,12 +283,15 @@ def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str
     from .config import code_hash, settings_hash
     from .models import model_tag
 
-    questions = Path(eval_set.path)
+    questions = resolve(eval_set.path)  # relative to the repository, as `datasets.eval_examples` reads it
     digest = hashlib.sha256(questions.read_bytes()).hexdigest()[:16] if questions.is_file() else None
+    db_root = resolve(eval_set.db_root)
+    databases = sorted((str(f.relative_to(db_root)), f.stat().st_size, f.stat().st_mtime_ns)
+                       for f in db_root.rglob("*.sqlite")) if db_root.is_dir() else []  # a rebuilt database: afresh
     ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "workers", "reuse")}
-    data = {k: v for k, v in dataclasses.asdict(cfg.data).items()}
-    return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest, "eval": ev,
-            "engine": dataclasses.asdict(cfg.engine), "data": settings_hash(data), "style": cfg.model.prompt_style,
+    return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest,
+            "databases": settings_hash(databases), "eval": ev, "engine": dataclasses.asdict(cfg.engine),
+            "data": settings_hash(dataclasses.asdict(cfg.data)), "style": cfg.model.prompt_style,
             "dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "code": code_hash(*EVAL_CODE)}
 
 
@@ -335,7 +338,7 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     key = eval_key(cfg, model_path, eval_set)
     key_text = json.dumps(key, indent=1, sort_keys=True, default=str) + "\n"
     entry = paths.eval_cache / settings_hash(key, 16)
-    hit = _cached(entry, key_text) if cfg.eval.reuse else None
+    hit = _cached(entry, key_text) if cfg.eval.reuse and key["questions"] else None  # no file: the loader says so
     if hit is not None:
         metrics, records = hit
         result = EvalResult({**metrics, "stage": stage, "reused": True}, records, Path(out_dir))

@@ -159,15 +159,20 @@ def test_random_model_end_to_end_writes_official_files_and_counts_tokens(bird_di
     assert metrics["generator_ability_n"] == 3  # the gold-schema pass ran for every question
 
 
-def test_evaluate_set_loads_a_saved_checkpoint_and_writes_under_the_run(bird_dir, tmp_path):
-    cfg = _cfg()
+def _saved_random_model(bird_dir, folder):
+    """An untrained tiny model with a tokenizer fitted to the fixture's prompts, saved to `folder`."""
     examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
-    schemas = schemas_for(examples)
-    samples = _samples(examples, schemas)
+    samples = _samples(examples, schemas_for(examples))
     tok = _tokenizer([m["content"] for s in samples for m in s["prompt"] + s["completion"]])
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position=1024, seed=0)
-    save_tiny(model, tok, tmp_path / "model")
+    save_tiny(model, tok, folder)
+    return model, tok
+
+
+def test_evaluate_set_loads_a_saved_checkpoint_and_writes_under_the_run(bird_dir, tmp_path):
+    cfg = _cfg()
+    _saved_random_model(bird_dir, tmp_path / "model")
     eval_set = EvalSet("mini", "bird", str(bird_dir / "dev.json"), "", str(bird_dir / "dev_databases"))
     paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
     result = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="random", progress=False)
@@ -188,18 +193,13 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
     second evaluation under another stage name reads the first back (same records, "reused"), while a
     changed model, setting or questions file, or eval.reuse off, evaluates afresh."""
     import dataclasses
+    import os
     import shutil
 
     import acesql_lib.evaluate as ev
 
     cfg = _cfg()
-    examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
-    schemas = schemas_for(examples)
-    samples = _samples(examples, schemas)
-    tok = _tokenizer([m["content"] for s in samples for m in s["prompt"] + s["completion"]])
-    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
-                             max_position=1024, seed=0)
-    save_tiny(model, tok, tmp_path / "model")
+    model, tok = _saved_random_model(bird_dir, tmp_path / "model")
     questions = tmp_path / "dev.json"
     shutil.copy(bird_dir / "dev.json", questions)
     eval_set = EvalSet("mini", "bird", str(questions), "", str(bird_dir / "dev_databases"))
@@ -225,9 +225,12 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
                  paths, tmp_path / "model", eval_set, stage="no_reuse", progress=False)
     save_tiny(model, tok, tmp_path / "model")  # rewritten weights: another model for every reuse key
     evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rewritten", progress=False)
+    db = next((bird_dir / "dev_databases").rglob("*.sqlite"))
+    os.utime(db, ns=(db.stat().st_atime_ns, db.stat().st_mtime_ns + 1))  # a rebuilt database
+    evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="database", progress=False)
     questions.write_text(json.dumps(json.loads(questions.read_text())[:2]))
     short = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="fewer", progress=False)
-    assert calls == ["rl", "shorter", "no_reuse", "rewritten", "fewer"] and short.metrics["n"] == 2
+    assert calls == ["rl", "shorter", "no_reuse", "rewritten", "database", "fewer"] and short.metrics["n"] == 2
     for entry in (tmp_path / "run" / "eval_cache").iterdir():  # a half-written entry is never read back
         (entry / "predictions.jsonl").write_text("")
     evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="fewer_again", progress=False)
