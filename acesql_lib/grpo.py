@@ -355,6 +355,7 @@ class JointGRPO:
         self.out.mkdir(parents=True, exist_ok=True)
         log = self.out / "metrics.jsonl"
         previous = _install_sigterm(self)
+        first_step = self.state.step
         bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress)
         # the JSONL's metrics, same names, also to grpo.report_to's tracker (events under <run>/runs/)
         tracker = open_tracker(self.g.report_to if self.acc.is_main_process else "none", self.out / "runs",
@@ -390,7 +391,10 @@ class JointGRPO:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         final = self.out / "final"
-        if self.state.step >= self.total_steps and self.acc.is_main_process:
+        # a finished run called again (notebook 06's full variant) leaves its final folder as it is, so the
+        # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
+        fresh = self.state.step > first_step or not (final / "config.json").is_file()
+        if self.state.step >= self.total_steps and fresh and self.acc.is_main_process:
             self.unwrapped.save_pretrained(final)
             self.tokenizer.save_pretrained(final)
             self.pool.save(final / "pool.json")
