@@ -184,7 +184,7 @@ def test_distilled_pool_file_holds_no_gamma_and_grpo_reads_the_config(tmp_path, 
     ColumnSetPool.from_rollouts({"q1": [A, A]}, gold={"q1": GOLD}, gamma=0.5).save(tmp_path / "pool.json")
     assert "gamma" not in json.loads((tmp_path / "pool.json").read_text())
     cfg = load_config("tiny", {"grpo.gamma": 0.25, "grpo.pool_init": pool_init})
-    pool = initial_pool(cfg, SimpleNamespace(distill=tmp_path), [])
+    pool = initial_pool(cfg, SimpleNamespace(distill=tmp_path, rl_data=tmp_path), [])
     assert pool.gamma == 0.25
     pool.visit("q1")
     assert pool.weights("q1")[A] == 0.5
