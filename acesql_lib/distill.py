@@ -189,6 +189,12 @@ def rollout_counts(cfg: Config, by_id: dict[str, Task], records: Sequence[dict[s
     return pass_counts, correct_sets, gold
 
 
+def pass_histogram(pass_counts: dict[str, int], n_generator: int) -> dict[str, int]:
+    """Questions per number of correct generator rollouts, 0..N (the distillation figure's bars)."""
+    hist = Counter(pass_counts.values())
+    return {str(k): hist.get(k, 0) for k in range(n_generator + 1)}
+
+
 def select_rl(pass_counts: dict[str, int], d: Any, rng: random.Random, validation: Sequence[str] | None = None
               ) -> tuple[list[str], list[str]]:
     """(validation, train) question ids: correct between rl_min and rl_max times out of N (§3.4).
@@ -247,11 +253,10 @@ def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[st
                         "completion": [{"role": "assistant",
                                         "content": retriever_target(target, _retriever_think(rec, target))}]})
     pool = ColumnSetPool.from_rollouts(correct_sets, gold, gamma=cfg.grpo.gamma)
-    hist = Counter(pass_counts.values())
     route = route_share(routes)  # the one definition of an alternative route (routes module)
     summary = {
         "questions": len(records), "n_generator": d.n_generator, "n_retriever": d.n_retriever,
-        "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
+        "pass_rate_hist": pass_histogram(pass_counts, d.n_generator),
         "questions_with_correct": sum(1 for k in pass_counts.values() if k > 0),
         "sft_samples": dict(Counter(s["role"] for s in samples)),
         "correct_rollouts": route["n_correct"], "route_resolved": route["n_resolved"],
@@ -375,11 +380,10 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
                                        gamma=cfg.grpo.gamma)
     pool.copy_questions(ColumnSetPool.load(Path(paths.distill) / "pool.json", gamma=cfg.grpo.gamma), val_ids)
     stage1_val = {e["id"]: e for e in stage1["validation"]}
-    hist = Counter(pass_counts.values())
     stage1_ids = set(stage1["pass_counts"])
     summary = {"selection": "sft_model", "model": str(model_tag(model_path)), "candidates": len(records),
                "skipped": dict(skipped), "n_generator": d.n_generator,
-               "pass_rate_hist": {str(k): hist.get(k, 0) for k in range(d.n_generator + 1)},
+               "pass_rate_hist": pass_histogram(pass_counts, d.n_generator),
                "rl_train": len(train_ids), "rl_validation": len(val_ids),
                "rl_train_in_stage1": sum(q in stage1_ids for q in train_ids),
                "stage1_rl_train": len(stage1["train"]), "pool": pool.stats()}

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Config, EvalSet
+from .config import Config, EvalSet, code_hash, settings_hash
 from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
@@ -280,7 +280,6 @@ def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str
     """Everything one evaluation's records depend on: the model (`models.model_tag`), the set and the
     bytes of its questions file, the evaluation, engine, schema-text and prompt settings, the seed and
     the code (`EVAL_CODE`). Two evaluations with equal keys give the same records (greedy decoding)."""
-    from .config import code_hash, settings_hash
     from .models import model_tag
 
     questions = resolve(eval_set.path)  # relative to the repository, as `datasets.eval_examples` reads it
@@ -326,7 +325,6 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     (`runs/<profile>/eval_cache/`, shared by a study's seeds) is read back instead of redone: notebook 06's
     full variant is notebook 05's RL model, and every seed of a study evaluates the same base and SFT models.
     The metrics then say `"reused": true`; their times are those of the evaluation that ran."""
-    from .config import settings_hash
     from .models import load_policy
 
     if isinstance(eval_set, str):
