@@ -27,10 +27,11 @@ venv: $(STAMP)
 reproduce: $(STAMP)
 	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
 
-# The tiny base model built from scratch (~11 min on 2 cores) and written to data/tiny_base/, the copy
+# The profile's tiny base model built from scratch and written to its model.tiny_base_prebuilt folder
+# (tiny: data/tiny_base/, ~11 min on 2 cores; rehearsal: data/rehearsal_base/, ~3 min), the copy
 # `make reproduce` uses while it matches the code (acesql_lib/tinybase.py); commit it with the change.
 ship-base: $(STAMP)
-	$(PY) -m acesql_lib.tinybase --profile tiny --ship
+	$(PY) -m acesql_lib.tinybase --profile $(PROFILE) --ship
 
 # Every RL variant over several seeds (resumable: finished seeds are skipped), claims pooled over seeds,
 # written to reports/$(PROFILE)-study/ (acesql_lib/study.py). `make reproduce` stays one seed.

@@ -84,11 +84,21 @@ class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
     `batch_size` counts sequences (prompt copies) per `generate` call, n samples of one prompt
-    included, which bounds memory whatever n is.
+    included, which bounds memory whatever n is. Each prompt is tokenised once; with
+    `sort_by_length` the rows are batched in order of prompt length (copies of a prompt stay
+    together), so a batch pads to a near length, and results come back in prompt order. `cache`:
+    "static" preallocates the KV cache (no copy per new token), "dynamic" is transformers' default,
+    "auto" is static on CPU. With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
+    attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
+    less memory traffic.
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64):
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
+                 sort_by_length: bool = False, grouped_kv: bool = True):
+        if batch_size < 1 or cache not in ("auto", "static", "dynamic"):
+            raise ValueError(f"HFEngine: batch_size ({batch_size}) must be >= 1, cache ({cache!r}) auto/static/dynamic")
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
@@ -96,35 +106,104 @@ class HFEngine(Engine):
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
 
+    def _batches(self, lengths: Sequence[int], n: int) -> list[list[int]]:
+        """Row indices (row r = copy r % n of prompt r // n) per `generate` call."""
+        rows = list(range(len(lengths) * n))
+        if self.sort_by_length:
+            rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
+        return [rows[i: i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int | None = None) -> list[list[Completion]]:
         _check_args(prompts, n, temperature, top_p, max_new_tokens)
-        rows = [p for p in prompts for _ in range(n)]
+        if not prompts:
+            return []
         greedy = temperature == 0
         sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None) if greedy else \
             dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)  # top_k off, as vLLM's -1
         device = next(self.model.parameters()).device
+        static = self.cache == "static" or (self.cache == "auto" and device.type == "cpu")
+        if static:
+            sampling["cache_implementation"] = "static"
+        encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        pad, stops = self.tokenizer.pad_token_id, set(self.stops)
+        outputs: list[Completion | None] = [None] * (len(prompts) * n)
         was_training = self.model.training
         self.model.eval()
-        padding_side, self.tokenizer.padding_side = self.tokenizer.padding_side, "left"
-        outputs: list[Completion] = []
         try:
             # A seeded call draws from its own generator state and leaves the caller's RNG untouched.
-            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seed is not None):
+            with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seed is not None), \
+                    gqa_attention(self.model, enabled=self.grouped_kv and device.type == "cpu"):
                 if seed is not None:
                     torch.manual_seed(seed)
-                for start in range(0, len(rows), self.batch_size):
-                    batch = self.tokenizer(rows[start: start + self.batch_size], return_tensors="pt", padding=True,
-                                           add_special_tokens=False).to(device)
-                    out = self.model.generate(**batch, **sampling, max_new_tokens=max_new_tokens,
-                                              eos_token_id=self.stops, pad_token_id=self.tokenizer.pad_token_id)
-                    new = out[:, batch["input_ids"].shape[1]:].tolist()
-                    outputs.extend(_make_completion(ids, set(self.stops), max_new_tokens, self.tokenizer) for ids in new)
+                for batch in self._batches([len(e) for e in encoded], n):
+                    ids = [encoded[r // n] for r in batch]
+                    width = max(len(x) for x in ids)
+                    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
+                    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+                    out = self.model.generate(input_ids=input_ids, attention_mask=mask, **sampling,
+                                              max_new_tokens=max_new_tokens, eos_token_id=self.stops,
+                                              pad_token_id=pad)
+                    for r, new in zip(batch, out[:, width:].tolist()):
+                        outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
         finally:
-            self.tokenizer.padding_side = padding_side
             self.model.train(was_training)
-        return [outputs[i * n: (i + 1) * n] for i in range(len(prompts))]
+        return [outputs[i * n: (i + 1) * n] for i in range(len(prompts))]  # type: ignore[misc]
+
+
+GQA_ATTENTION = "acesql_sdpa_gqa"
+
+
+def _sdpa_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' "sdpa" attention, with the key/value heads left grouped (`enable_gqa`).
+
+    transformers copies every key/value head once per query head in its group before calling torch
+    (`repeat_kv`) whenever a mask is given, which is every padded batch; on CPU that copy costs about
+    as much as the attention itself. torch's kernel reads the groups directly and gives the same numbers.
+    """
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    q_len, kv_len = query.shape[2], key.shape[2]
+    is_causal = bool(q_len > 1 and attention_mask is None and is_causal)
+    if is_causal and kv_len > q_len:  # prefill into an empty static cache: the tail is unwritten
+        key, value = key[:, :, :q_len], value[:, :, :q_len]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
+        enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+_gqa_registered = False
+
+
+@contextmanager
+def gqa_attention(model: torch.nn.Module, enabled: bool = True) -> Iterator[None]:
+    """Run `model` (a transformers model, or a PEFT model around one) with `_sdpa_gqa` while inside.
+
+    Only a model whose attention is "sdpa" is switched, and it is switched back on the way out, so
+    training forwards keep transformers' own attention.
+    """
+    global _gqa_registered
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if not enabled or getattr(config, "_attn_implementation", None) != "sdpa" or \
+            not hasattr(base, "set_attn_implementation"):
+        yield
+        return
+    if not _gqa_registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionInterface.register(GQA_ATTENTION, _sdpa_gqa)
+        AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # the masks "sdpa" gets
+        _gqa_registered = True
+    base.set_attn_implementation(GQA_ATTENTION)
+    try:
+        yield
+    finally:
+        base.set_attn_implementation("sdpa")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,7 +347,8 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
                 dtype: str = "bfloat16", seed: int = 0) -> Engine:
     """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced."""
     if cfg.kind == "hf":
-        return HFEngine(model, tokenizer, batch_size=cfg.hf_batch_size)
+        return HFEngine(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
+                        sort_by_length=cfg.hf_sort_by_length)
     if model_path is None:
         raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
     engine = VLLMEngine(model_path, dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,

@@ -40,7 +40,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
                       group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
 from .routes import rollout_route_records, route_share
-from .timing import as_metrics, since, totals
+from .timing import PHASES_LOG, as_metrics, since, totals
 from .tracking import open_tracker
 
 
@@ -362,7 +362,9 @@ class JointGRPO:
                                run_name=self.out.name, setting="grpo.report_to")
         # The starting point of the validation curve, before any update; logged with step 1 as
         # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
-        start = self.validate() if self.val_tasks and self.state.step == 0 else {}
+        spent = {"validation": 0.0, "checkpoints": 0.0}  # seconds outside the steps, for phases.jsonl
+        train_start = time.perf_counter()
+        start = self._timed(spent, "validation", self.validate) if self.val_tasks and self.state.step == 0 else {}
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
                 phases_before = totals()
@@ -372,7 +374,7 @@ class JointGRPO:
                 m.update({f"{k}_start": v for k, v in start.items()})
                 start = {}
                 if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
-                    m.update(self.validate())
+                    m.update(self._timed(spent, "validation", self.validate))
                 if self.acc.is_main_process:
                     with log.open("a") as f:
                         f.write(json.dumps(m) + "\n")
@@ -382,7 +384,7 @@ class JointGRPO:
                 if on_step:
                     on_step(report)
                 if report.step % self.g.save_every == 0 or report.step == self.total_steps or self._stop_requested:
-                    self.save_checkpoint()
+                    self._timed(spent, "checkpoints", self.save_checkpoint)
                 if self._stop_requested:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
@@ -395,11 +397,27 @@ class JointGRPO:
         # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
         fresh = self.state.step > first_step or not (final / "config.json").is_file()
         if self.state.step >= self.total_steps and fresh and self.acc.is_main_process:
+            t0 = time.perf_counter()
             self.unwrapped.save_pretrained(final)
             self.tokenizer.save_pretrained(final)
             self.pool.save(final / "pool.json")
+            spent["checkpoints"] += time.perf_counter() - t0
+        if self.state.step > first_step and self.acc.is_main_process:
+            with (self.out / PHASES_LOG).open("a") as f:  # benchmarks/pipeline_time.py: the time outside the steps
+                f.write(json.dumps({"time": time.time(), "stage": f"grpo ({self.out.name})",
+                                    "seconds": round(time.perf_counter() - train_start, 3),
+                                    "steps": [first_step, self.state.step],
+                                    "phases": {k: round(v, 3) for k, v in spent.items()}}) + "\n")
         self.acc.wait_for_everyone()
         return final
+
+    @staticmethod
+    def _timed(spent: dict[str, float], what: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            spent[what] += time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------------------------------------

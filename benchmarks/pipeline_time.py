@@ -8,8 +8,11 @@ times the library logged on the way:
   TRL's tokenisation and saving);
 - distillation: `phases.jsonl` beside the shards (generation, execution);
 - GRPO: `metrics.jsonl` per step (`time/generation_s`, `time/execution_s`, `time/step_s`; the update
-  is the step minus the rollout);
-- evaluation: the metrics files' `time/generation_s`, `time/execution_s`.
+  is the step minus the rollout) and the run's `phases.jsonl` (validation, checkpoints);
+- evaluation: each `eval/<stage>/<set>/metrics.json` (`time/generation_s`, `time/execution_s`, the
+  rest of its `seconds`); one read back from the evaluation cache is listed as such.
+
+A base model copied from the shipped folder is listed as copied, with no build time.
 
 Writes reports/benchmarks/pipeline_time.json and .md, so a speed-up is read against the same
 breakdown. Example: python benchmarks/pipeline_time.py --only 00 01
@@ -40,11 +43,14 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def collect_phases(run_dir: Path, reports_dir: Path) -> dict[str, dict[str, float]]:
-    """Seconds per phase per stage, from the logs the library wrote under the run and reports folders."""
+def collect_phases(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Seconds per phase per stage, from the logs the library wrote under the run folder."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for manifest in run_dir.rglob("tiny_base_manifest.json"):
         m = json.loads(manifest.read_text())
+        if "prebuilt_from" in m:  # the shipped base copied in: its build times are the shipping run's
+            out["base model"]["copied from " + m["prebuilt_from"]] += 0.0
+            continue
         out["base model"]["optimizer steps"] += m.get("train_seconds", 0.0)
         out["base model"]["data, tokenizer, tokenising, saving"] += m.get("build_seconds", 0.0) - m.get(
             "train_seconds", 0.0)
@@ -60,21 +66,17 @@ def collect_phases(run_dir: Path, reports_dir: Path) -> dict[str, dict[str, floa
             out[stage]["generation"] += rec.get("time/generation_s", 0.0)
             out[stage]["execution"] += rec.get("time/execution_s", 0.0)
             out[stage]["update"] += rec["time/step_s"] - rec.get("time/rollout_s", 0.0)
-    seen: set[tuple] = set()
-    for f in reports_dir.rglob("*.json"):
-        try:
-            rec = json.loads(f.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
+    # evaluations: one metrics.json per stage and set under the run's eval/ folder; one read back from
+    # the evaluation cache says "reused" and cost no generation in this run
+    for f in sorted((run_dir / "eval").glob("*/*/metrics.json")):
+        r = json.loads(f.read_text())
+        stage = f"evaluation ({r.get('stage') or f.parent.parent.name})"
+        if r.get("reused"):
+            out[stage]["read back"] += 0.0
             continue
-        for r in rec if isinstance(rec, list) else [rec]:
-            if isinstance(r, dict) and "time/generation_s" in r and "stage" in r and not r.get("reused"):
-                key = (r.get("stage"), r.get("set"), r.get("seconds"))
-                if key in seen:  # the same evaluation may be written to several files
-                    continue
-                seen.add(key)
-                stage = f"evaluation ({r.get('stage') or '?'})"
-                out[stage]["generation"] += r["time/generation_s"]
-                out[stage]["execution"] += r.get("time/execution_s", 0.0)
+        out[stage]["generation"] += r.get("time/generation_s", 0.0)
+        out[stage]["execution"] += r.get("time/execution_s", 0.0)
+        out[stage]["other"] += r.get("seconds", 0.0) - r.get("time/generation_s", 0.0) - r.get("time/execution_s", 0.0)
     return {k: {p: round(v, 1) for p, v in d.items()} for k, d in out.items()}
 
 
@@ -116,7 +118,7 @@ def main(argv=None) -> dict:
               "cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()[0], "wall_seconds": round(wall, 1),
               "total_seconds": round(sum(r.seconds for r in runs), 1),
               "notebooks": [{"name": r.name, "seconds": round(r.seconds, 1), "status": r.status} for r in runs],
-              "phases": collect_phases(run_dir, reports_dir)}
+              "phases": collect_phases(run_dir)}
     out = Path(args.out) if Path(args.out).is_absolute() else REPO_ROOT / args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")

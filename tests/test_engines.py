@@ -143,7 +143,94 @@ def test_policy_weights_use_checkpoint_names_with_lora_merged(trained):
 
 def test_make_engine(trained):
     model, tokenizer = trained
-    engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3), model, tokenizer)
+    engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3, hf_cache="dynamic", hf_sort_by_length=True), model,
+                         tokenizer)
     assert isinstance(engine, HFEngine) and engine.batch_size == 3
+    assert engine.cache == "dynamic" and engine.sort_by_length
     with pytest.raises(ValueError, match="model_path"):
         make_engine(EngineConfig(kind="vllm"), model, tokenizer)
+
+
+# ---------------------------------------------------------------------------------------------
+# The HF engine's speed levers (benchmarks/hf_generate_speed.py): same tokens, less time
+
+
+def _ids(out):
+    return [[c.token_ids for c in g] for g in out]
+
+
+def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(trained, prompts):
+    from acesql_lib.engines import gqa_attention
+
+    model, tokenizer = trained
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads to keep grouped
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)  # left padded
+    assert (batch["attention_mask"] == 0).any()
+    model.eval()
+    with torch.no_grad():
+        reference = model(**batch).logits
+        with gqa_attention(model):
+            assert model.config._attn_implementation != "sdpa"
+            grouped = model(**batch).logits
+    assert model.config._attn_implementation == "sdpa"
+    real = batch["attention_mask"].bool()
+    assert torch.allclose(grouped[real], reference[real], atol=1e-5)
+    with pytest.raises(RuntimeError), gqa_attention(model):  # switched back on the way out of an error too
+        raise RuntimeError("boom")
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("levers", [dict(cache="static"), dict(grouped_kv=True, cache="dynamic"),
+                                    dict(grouped_kv=True, cache="static")])
+def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, levers):
+    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False)
+    fast = HFEngine(*trained, batch_size=4, **levers)
+    assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
+        _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
+    # same batches, same seed: the same draws, so the same samples
+    assert _ids(fast.generate(prompts, n=3, temperature=1.2, max_new_tokens=20, seed=3)) == \
+        _ids(plain.generate(prompts, n=3, temperature=1.2, max_new_tokens=20, seed=3))
+
+
+def test_sorted_batches_return_in_prompt_order(trained, prompts):
+    model, tokenizer = trained
+    mixed = [prompts[2], prompts[1], prompts[0], prompts[1] + " more words here"]
+    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in mixed]
+    assert lengths != sorted(lengths)
+    sorted_engine = HFEngine(model, tokenizer, batch_size=2, sort_by_length=True)
+    batches = sorted_engine._batches(lengths, n=2)
+    assert [lengths[r // 2] for b in batches for r in b] == sorted(lengths[r // 2] for r in range(8))
+    assert all(b[0] // 2 == b[1] // 2 for b in batches)  # a prompt's copies share a batch
+    one_by_one = [HFEngine(model, tokenizer).generate([p], temperature=0.0, max_new_tokens=16)[0] for p in mixed]
+    assert _ids(sorted_engine.generate(mixed, temperature=0.0, max_new_tokens=16)) == _ids(one_by_one)
+    a = sorted_engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5)
+    assert _ids(a) == _ids(sorted_engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5))
+    assert sorted_engine.generate([], n=2) == []
+
+
+def test_grouped_kv_on_a_lora_model(trained, prompts):
+    from acesql_lib.engines import gqa_attention
+
+    _, tokenizer = trained
+    torch.manual_seed(1)
+    peft_model = apply_lora(build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                                             intermediate_size=128, max_position=256), LoraSpec(r=4, alpha=8, dropout=0.0))
+    base = peft_model.get_base_model()
+    with gqa_attention(peft_model):
+        assert base.config._attn_implementation != "sdpa"
+    assert base.config._attn_implementation == "sdpa"
+    fast = HFEngine(peft_model, tokenizer, cache="static").generate(prompts, temperature=0.0, max_new_tokens=8)
+    plain = HFEngine(peft_model, tokenizer, cache="dynamic", grouped_kv=False).generate(prompts, temperature=0.0,
+                                                                                         max_new_tokens=8)
+    assert _ids(fast) == _ids(plain)
+
+
+def test_engine_settings_are_checked():
+    from acesql_lib.config import ConfigError
+
+    with pytest.raises(ConfigError, match="engine.hf_cache"):
+        EngineConfig(hf_cache="paged")
+    with pytest.raises(ConfigError, match="engine.hf_batch_size"):
+        EngineConfig(hf_batch_size=0)
+    with pytest.raises(ValueError, match="cache"):
+        HFEngine(torch.nn.Linear(1, 1), None, cache="paged")

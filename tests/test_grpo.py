@@ -19,6 +19,7 @@ from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.timing import PHASES_LOG
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -65,6 +66,11 @@ def test_one_step_logs_trl_metrics_and_moves_parameters(template, tmp_path):
     lines = (run / "grpo" / "full" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2]
     assert (run / "grpo" / "full" / "final" / "pool.json").exists()
+    # the time outside the steps, for benchmarks/pipeline_time.py: validation before step 1 and at the end
+    (spent,) = [json.loads(x) for x in (run / "grpo" / "full" / PHASES_LOG).read_text().splitlines()]
+    assert spent["stage"] == "grpo (full)" and spent["steps"] == [0, 2]
+    assert spent["phases"]["validation"] > 0 and spent["phases"]["checkpoints"] > 0
+    assert spent["seconds"] >= spent["phases"]["validation"] + spent["phases"]["checkpoints"]
     r = reports[-1].rewards
     assert r["generator"].shape == (4, 4) and r["retriever"].shape == (4, 4)
 

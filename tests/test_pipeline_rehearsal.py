@@ -5,17 +5,16 @@ phases) on a tiny base model. Every table, the robustness table included, must c
 numbers, every figure must exist and the preflight of notebook 00 must pass.
 
 Smoke size is configs/rehearsal.yaml with fewer GRPO steps and evaluation questions; the base
-model is the rehearsal's own (16 questions learnt by heart in 320 steps, ~2 minutes here), so distillation finds
-correct rollouts. The data roots move into the test's folder, so `make reproduce PROFILE=rehearsal`
-is never touched; a base model that run already built is copied in and reused only when its
-manifest's settings hash matches (`tinybase.build_tiny_base` checks it, else it rebuilds).
+model is the rehearsal's own (16 questions learnt by heart in 320 steps), so distillation finds
+correct rollouts: the shipped `data/rehearsal_base/`, copied in as `make reproduce PROFILE=rehearsal`
+copies it (tests/test_tinybase_prebuilt.py fails when it no longer matches the code). The data
+roots move into the test's folder, so `make reproduce PROFILE=rehearsal` is never touched.
 """
 import json
-import shutil
 
 import pytest
 
-from acesql_lib.config import REPO_ROOT as REPO, load_config
+from acesql_lib.config import load_config
 from acesql_lib.pipeline import run_pipeline
 from acesql_lib.preflight import MISSING
 from pipeline_checks import NOTEBOOKS, assert_every_artefact, table_rows
@@ -35,11 +34,10 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
     cfg = load_config("rehearsal", over)
     sets = [s.name for s in cfg.eval.sets]
     assert sets == ["bird_dev", "spider_dev", "spider_test", "spider_dk", "spider_syn", "spider_realistic"]
-    built = REPO / "runs" / "rehearsal" / "models" / "base"
-    if (built / "tiny_base_manifest.json").is_file():
-        shutil.copytree(built, tmp_path / "run" / "models" / "base")
     runs = run_pipeline("rehearsal", overrides=over, progress=False)
     assert [r.name for r in runs] == NOTEBOOKS and all(r.status == "ok" for r in runs)
+    base = json.loads((tmp_path / "run" / "models" / "base" / "tiny_base_manifest.json").read_text())
+    assert base["prebuilt_from"] == cfg.model.tiny_base_prebuilt == "data/rehearsal_base"  # shipped, not built
 
     m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
     checks = m("00_data")["preflight"]

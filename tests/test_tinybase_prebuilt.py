@@ -15,14 +15,15 @@ from acesql_lib.tinybase import MANIFEST, base_settings, build_tiny_base, prebui
 from acesql_lib.tinyworld import build_profile_world, build_tinyworld
 
 
-def test_the_shipped_base_is_built_from_this_code_and_the_tiny_profile():
-    cfg = load_config("tiny")
-    ctx = RunContext.create("tiny", {})
+@pytest.mark.parametrize("profile", ["tiny", "rehearsal"])
+def test_the_shipped_base_is_built_from_this_code_and_the_profile(profile, tmp_path):
+    ctx = RunContext.create(profile, {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "world")})
+    cfg = ctx.cfg
     world = build_profile_world(cfg.data, ctx.paths.tinyworld)
     folder = resolve(cfg.model.tiny_base_prebuilt)
     differs = prebuilt_matches(folder, base_settings(cfg, world))
-    assert differs == [], (f"{cfg.model.tiny_base_prebuilt} no longer matches the code or the tiny profile "
-                           f"(differs in: {differs}); rebuild it: python -m acesql_lib.tinybase --ship")
+    assert differs == [], (f"{cfg.model.tiny_base_prebuilt} no longer matches the code or the {profile} profile "
+                           f"(differs in: {differs}); rebuild it: make ship-base PROFILE={profile}")
     manifest = json.loads((folder / MANIFEST).read_text())
     assert manifest["steps"] == cfg.model.tiny_base_steps and "prebuilt_from" not in manifest
 
