@@ -162,7 +162,7 @@ class EngineConfig:
     max_model_len: int = 6144  # prompt 4096 + response 2048 (§4.11)
     hf_batch_size: int = 64  # prompts per HF generate call
     # HF generate's KV cache: "static" (preallocated, no copy per token), "dynamic" (transformers' default),
-    # "auto" = static on CPU (1.2x there, same tokens: benchmarks/hf_generate_speed.py), dynamic elsewhere
+    # "auto" = static for greedy decoding on CPU, where it is faster (benchmarks/hf_generate_speed.py), else dynamic
     hf_cache: str = "auto"
     # batch prompts of similar token length together (less left padding): 1.13x on sampled rollouts, none on
     # greedy evaluation; it changes which seeded draw each row gets, so off keeps a run's samples as they were
