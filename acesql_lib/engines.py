@@ -11,6 +11,7 @@ the efficiency table count these) and whether the token budget ran out before a 
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -105,6 +106,12 @@ class HFEngine(Engine):
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
 
+    @classmethod
+    def from_config(cls, cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any) -> "HFEngine":
+        """The engine `engine.hf_*` describes."""
+        return cls(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
+                   sort_by_length=cfg.hf_sort_by_length)
+
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
 
@@ -177,7 +184,13 @@ def _sdpa_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     return out.transpose(1, 2).contiguous(), None
 
 
-_gqa_registered = False
+@functools.cache
+def _register_gqa_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(GQA_ATTENTION, _sdpa_gqa)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # the masks "sdpa" gets
 
 
 @contextmanager
@@ -187,20 +200,13 @@ def gqa_attention(model: torch.nn.Module, enabled: bool = True) -> Iterator[None
     Only a model whose attention is "sdpa" is switched, and it is switched back on the way out, so
     training forwards keep transformers' own attention.
     """
-    global _gqa_registered
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if not enabled or getattr(config, "_attn_implementation", None) != "sdpa" or \
             not hasattr(base, "set_attn_implementation"):
         yield
         return
-    if not _gqa_registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-        AttentionInterface.register(GQA_ATTENTION, _sdpa_gqa)
-        AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)  # the masks "sdpa" gets
-        _gqa_registered = True
+    _register_gqa_attention()
     base.set_attn_implementation(GQA_ATTENTION)
     try:
         yield
@@ -349,8 +355,7 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
                 dtype: str = "bfloat16", seed: int = 0) -> Engine:
     """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced."""
     if cfg.kind == "hf":
-        return HFEngine(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
-                        sort_by_length=cfg.hf_sort_by_length)
+        return HFEngine.from_config(cfg, model, tokenizer)
     if model_path is None:
         raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
     engine = VLLMEngine(model_path, dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,

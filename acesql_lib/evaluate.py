@@ -171,8 +171,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     if missing:
         raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
     start, phases_before = time.perf_counter(), totals()
-    engine = engine or HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size, cache=cfg.engine.hf_cache,
-                                sort_by_length=cfg.engine.hf_sort_by_length)
+    engine = engine or HFEngine.from_config(cfg.engine, model, tokenizer)
     chunk = max(1, cfg.engine.hf_batch_size)
     style = cfg.model.prompt_style
     from .values_index import attach  # the profile's schema text and question-relevant values (§2)

@@ -40,7 +40,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
                       group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
 from .routes import rollout_route_records, route_share
-from .timing import PHASES_LOG, as_metrics, since, totals
+from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from .tracking import open_tracker
 
 
@@ -322,6 +322,10 @@ class JointGRPO:
     def validate(self) -> dict[str, float]:
         if not self.val_tasks:
             return {}
+        with phase("validation"):
+            return self._validate()
+
+    def _validate(self) -> dict[str, float]:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
         k = self.g.val_samples
@@ -338,8 +342,9 @@ class JointGRPO:
 
     # -- checkpoints: everything needed to continue exactly -----------------------------------
     def save_checkpoint(self) -> Path | None:
-        return ckpt.save(self.out, self.state, self.acc, self.model, self.optimizer, self.scheduler, self.pool,
-                         self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
+        with phase("checkpoints"):
+            return ckpt.save(self.out, self.state, self.acc, self.model, self.optimizer, self.scheduler, self.pool,
+                             self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
 
     def resume(self) -> bool:
         found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
@@ -362,9 +367,8 @@ class JointGRPO:
                                run_name=self.out.name, setting="grpo.report_to")
         # The starting point of the validation curve, before any update; logged with step 1 as
         # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
-        spent = {"validation": 0.0, "checkpoints": 0.0}  # seconds outside the steps, for phases.jsonl
-        train_start = time.perf_counter()
-        start = self._timed(spent, "validation", self.validate) if self.val_tasks and self.state.step == 0 else {}
+        train_start, phases_at_start = time.perf_counter(), totals()  # for phases.jsonl at the end
+        start = self.validate() if self.val_tasks and self.state.step == 0 else {}
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
                 phases_before = totals()
@@ -374,7 +378,7 @@ class JointGRPO:
                 m.update({f"{k}_start": v for k, v in start.items()})
                 start = {}
                 if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
-                    m.update(self._timed(spent, "validation", self.validate))
+                    m.update(self.validate())
                 if self.acc.is_main_process:
                     with log.open("a") as f:
                         f.write(json.dumps(m) + "\n")
@@ -384,7 +388,7 @@ class JointGRPO:
                 if on_step:
                     on_step(report)
                 if report.step % self.g.save_every == 0 or report.step == self.total_steps or self._stop_requested:
-                    self._timed(spent, "checkpoints", self.save_checkpoint)
+                    self.save_checkpoint()
                 if self._stop_requested:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
@@ -397,27 +401,17 @@ class JointGRPO:
         # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
         fresh = self.state.step > first_step or not (final / "config.json").is_file()
         if self.state.step >= self.total_steps and fresh and self.acc.is_main_process:
-            t0 = time.perf_counter()
-            self.unwrapped.save_pretrained(final)
-            self.tokenizer.save_pretrained(final)
-            self.pool.save(final / "pool.json")
-            spent["checkpoints"] += time.perf_counter() - t0
+            with phase("checkpoints"):
+                self.unwrapped.save_pretrained(final)
+                self.tokenizer.save_pretrained(final)
+                self.pool.save(final / "pool.json")
         if self.state.step > first_step and self.acc.is_main_process:
-            with (self.out / PHASES_LOG).open("a") as f:  # benchmarks/pipeline_time.py: the time outside the steps
-                f.write(json.dumps({"time": time.time(), "stage": f"grpo ({self.out.name})",
-                                    "seconds": round(time.perf_counter() - train_start, 3),
-                                    "steps": [first_step, self.state.step],
-                                    "phases": {k: round(v, 3) for k, v in spent.items()}}) + "\n")
+            # the time outside the steps (benchmarks/pipeline_time.py); the steps' own is in metrics.jsonl
+            append_phases(self.out / PHASES_LOG, f"grpo ({self.out.name})", phases_at_start,
+                          time.perf_counter() - train_start, only=("validation", "checkpoints"),
+                          steps=[first_step, self.state.step])
         self.acc.wait_for_everyone()
         return final
-
-    @staticmethod
-    def _timed(spent: dict[str, float], what: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return fn()
-        finally:
-            spent[what] += time.perf_counter() - t0
 
 
 # ---------------------------------------------------------------------------------------------

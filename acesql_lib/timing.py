@@ -45,9 +45,11 @@ def as_metrics(seconds: Mapping[str, float]) -> dict[str, float]:
 
 
 def append_phases(path: str | Path, stage: str, before: Mapping[str, float], seconds: float,
-                  **extra: Any) -> dict[str, Any]:
-    """One line {"stage", "seconds", "phases": {...}, ...} appended to the JSONL at `path`."""
-    record = {"time": time.time(), "stage": stage, "seconds": round(seconds, 3), "phases": since(before), **extra}
+                  only: tuple[str, ...] = (), **extra: Any) -> dict[str, Any]:
+    """One line {"stage", "seconds", "phases": {...}, ...} appended to the JSONL at `path`; with `only`,
+    just those phases (a stage whose other phases another log already holds)."""
+    spent = {k: v for k, v in since(before).items() if not only or k in only}
+    record = {"time": time.time(), "stage": stage, "seconds": round(seconds, 3), "phases": spent, **extra}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as f:
