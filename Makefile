@@ -14,7 +14,7 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
+.PHONY: lab venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not vllm and not notebook" $(PYTEST_ARGS)
+
+# JupyterLab from the kit's environment on notebooks/ (kernel python3 = this .venv), to step through by hand.
+lab: $(STAMP)
+	$(PY) -m jupyter lab --notebook-dir=notebooks
 
 vllm-venv: scripts/setup_vllm_cpu.sh
 	bash scripts/setup_vllm_cpu.sh

@@ -24,6 +24,14 @@ class ReadmeError(ValueError):
     """The README or the reports folder cannot be used; the message names the file and what is missing."""
 
 
+# Where each profile's block lives: the tiny run on the front page, the multi-seed study in docs/status.md.
+BLOCK_FILES = {"tiny-study": "docs/status.md"}
+
+
+def block_file(profile: str) -> Path:
+    return ROOT / BLOCK_FILES.get(profile, "README.md")
+
+
 def markers(profile: str) -> tuple[str, str]:
     return f"<!-- results:{profile} -->", f"<!-- /results:{profile} -->"
 
@@ -57,10 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="tiny", help="reports/<profile>/ and the README block of that name")
     ap.add_argument("--reports", type=Path, default=None, help="reports folder (default reports/<profile>)")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--readme", type=Path, default=None,
+                    help="file holding the block (default: README.md; docs/status.md for tiny-study)")
     ap.add_argument("--check", action="store_true", help="exit 1 if the README differs, change nothing")
     args = ap.parse_args(argv)
     reports_dir = args.reports or ROOT / "reports" / args.profile
+    args.readme = args.readme or block_file(args.profile)
     old = args.readme.read_text(encoding="utf-8")
     new = replace_section(old, args.profile, results_section(reports_dir, args.profile), str(args.readme))
     if args.check:

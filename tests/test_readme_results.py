@@ -58,8 +58,10 @@ def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
         rr.main(["--profile", "tiny", "--reports", str(tmp_path / "nothing"), "--readme", str(readme)])
 
 
-def test_the_repository_readme_has_a_block_per_profile():
-    text = (SCRIPT.parents[1] / "README.md").read_text()
-    for profile in ("tiny", "tiny-study"):
-        begin, end = _script().markers(profile)
+def test_the_repository_has_one_block_per_profile_in_its_file():
+    rr = _script()
+    for profile, name in (("tiny", "README.md"), ("tiny-study", "docs/status.md")):
+        assert rr.block_file(profile) == SCRIPT.parents[1] / name
+        text = rr.block_file(profile).read_text()
+        begin, end = rr.markers(profile)
         assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end)
