@@ -158,8 +158,12 @@ class JointGRPO:
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
                                       weight_decay=self.g.weight_decay)
         warmup = math.ceil(self.g.warmup_ratio * self.total_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup))
-        self.model, self.optimizer, self.scheduler = self.acc.prepare(policy, optimizer, scheduler)
+        self.model, self.optimizer = self.acc.prepare(policy, optimizer)
+        # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
+        # are not split (accelerate/scheduler.py), so 4 ranks would run the warm-up 4x as fast. One
+        # optimizer step is one scheduler step on every rank; the prepared optimizer shares `optimizer`'s
+        # parameter groups, so the learning rate it uses is the one set here.
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup))
         self.reference = reference
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()

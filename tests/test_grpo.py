@@ -286,3 +286,21 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(template, tmp_path, 
     eligible = {q for q, k in counts.items() if k >= 1 and q not in stage1_val}
     assert set(train2) <= eligible and len(train2) == min(9, len(eligible))
     assert sorted(out.glob("shards/*/shard-*.jsonl")) == shards  # no new rollouts for new bounds
+
+
+def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_count(template, tmp_path, monkeypatch):
+    """accelerate's prepared scheduler steps num_processes times per call; ours must step once, so the
+    warm-up of a 4-rank launch takes as many optimizer steps as a 1-process run's (issue: 4x warm-up)."""
+    import accelerate.scheduler
+
+    class FourRanks:  # what accelerate's scheduler wrapper reads of a 4-process launch
+        num_processes = 4
+
+    monkeypatch.setattr(accelerate.scheduler, "AcceleratorState", FourRanks)
+    run = fresh_run(template, tmp_path, "lr")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 1.0}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    reports = []
+    trainer.train(on_step=reports.append)
+    lr = ctx.cfg.grpo.learning_rate
+    assert [r.metrics["lr"] for r in reports] == pytest.approx([lr * 2 / 3, lr, lr])
