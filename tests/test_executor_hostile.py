@@ -203,3 +203,33 @@ def test_maintenance_statements_are_refused_whatever_the_database_holds(db, inde
         assert r.status == "blocked", (path, r)
         assert sha(path) == before
     alive_after(db)
+
+
+def _plain_db(tmp_path):
+    import sqlite3 as _sqlite3
+    path = tmp_path / "plain.sqlite"
+    con = _sqlite3.connect(path)
+    con.execute("CREATE TABLE t(a)")
+    con.execute("INSERT INTO t VALUES ('gold-secret')")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("sql", ["SELECT sql FROM sqlite_stmt", "SELECT count(*) FROM sqlite_stmt",
+                                 "SELECT * FROM sqlite_temp_master", "SELECT * FROM temp.sqlite_master",
+                                 "SELECT * FROM sqlite_temp_schema", "SELECT * FROM pragma_compile_options"])
+def test_connection_state_tables_are_refused(tmp_path, sql):
+    from acesql_lib.executor.sandbox import execute_here
+    db = _plain_db(tmp_path)
+    execute_here(db, "SELECT a FROM t WHERE a = 'gold-secret'")
+    res = execute_here(db, sql)
+    assert res.status in ("blocked", "error"), res
+    assert not any("gold-secret" in str(v) for row in res.rows for v in row)
+
+
+@pytest.mark.parametrize("sql", [";REINDEX", "\ufeffREINDEX", "; ;\n-- c\n/* d */\t REINDEX", "\ufeff;ANALYZE"])
+def test_maintenance_refused_by_statement_not_first_token(tmp_path, sql):
+    from acesql_lib.executor.sandbox import execute_here
+    res = execute_here(_plain_db(tmp_path), sql)
+    assert res.status == "blocked", res

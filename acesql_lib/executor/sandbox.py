@@ -53,6 +53,11 @@ _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.S
 _READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "index_info",
                            "index_xinfo", "foreign_key_list", "database_list", "collation_list"})
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
+# Tables that are not part of the database's schema but reveal this connection's state (sqlite_stmt
+# lists its prepared statements, the gold's included) or raw pages; a READ of any is denied, and so
+# is any read in the temp schema. PRAGMA table-valued functions go through the PRAGMA allowlist.
+_HIDDEN_TABLES = frozenset({"sqlite_stmt", "sqlite_dbpage", "sqlite_dbdata", "sqlite_dbptr", "dbstat",
+                            "sqlite_temp_master", "sqlite_temp_schema"})
 
 # The SQL functions SQLite documents (lang_corefunc, lang_aggfunc, lang_windowfunc, lang_datefunc,
 # json1, lang_mathfunc, percentile); anything else (fts3_tokenizer, which hands out a raw pointer,
@@ -102,7 +107,10 @@ class _Guard:
         self.denied = ""
         self.lock = threading.Lock()
 
-    def authorize(self, action: int, arg1, arg2, _db, _source) -> int:
+    def authorize(self, action: int, arg1, arg2, db, _source) -> int:
+        if action == sqlite3.SQLITE_READ and ((arg1 or "").lower() in _HIDDEN_TABLES or db == "temp"):
+            self.denied = f"READ {arg1} (connection state, not the database's schema)"
+            return sqlite3.SQLITE_DENY
         if action in _READ_ACTIONS:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
@@ -225,10 +233,11 @@ def count_statements(sql: str) -> int:
 
 
 def first_word(sql: str) -> str:
-    """The statement's first keyword, upper-cased, past whitespace and comments."""
-    for m in _TOKEN.finditer(sql):
+    """The statement's first keyword, upper-cased, past whitespace, comments, byte-order marks and
+    empty statements (`;REINDEX` is a REINDEX, so it must not pass as a word named ';')."""
+    for m in _TOKEN.finditer(sql.replace("\ufeff", " ")):
         tok = m.group()
-        if not (tok[0].isspace() or tok.startswith("--") or tok.startswith("/*")):
+        if not (tok[0].isspace() or tok == ";" or tok.startswith("--") or tok.startswith("/*")):
             return tok.upper()[:40]
     return ""
 
