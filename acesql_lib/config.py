@@ -272,6 +272,7 @@ class GRPOConfig:
     retriever_parser: str = "authors"  # training list parsing, authors' RL/rewards/retriever_utils.py; "kit" = own parser
     pool_add_gate: str = "format"  # §4 step 5 silent; authors: add a match only if it passes the format gate; "match" = kit
     bare_table_columns: str = "none"  # authors' extractor: SELECT count(*) FROM t adds no set; "anchor" = kit's PK rule
+    sql_whitespace: str = "collapse"  # authors' joint_reward.py: whitespace runs -> one space before execution; "keep" = as written
     adv_eps: float = 1e-6  # §4 step 7
     clip_eps: float = 0.2  # §4 step 8
     dual_clip: float = 3.0  # §4 step 8
@@ -312,6 +313,7 @@ class GRPOConfig:
         _check(self.retriever_parser in ("authors", "kit"), "grpo.retriever_parser", "must be authors or kit")
         _check(self.pool_add_gate in ("format", "match"), "grpo.pool_add_gate", "must be format or match")
         _check(self.bare_table_columns in ("none", "anchor"), "grpo.bare_table_columns", "must be none or anchor")
+        _check(self.sql_whitespace in ("collapse", "keep"), "grpo.sql_whitespace", "must be collapse or keep")
         _check(self.pcgrad_eps >= 0, "grpo.pcgrad_eps", "must be >= 0")
         _check(self.pcgrad_max_ratio > 0, "grpo.pcgrad_max_ratio", "must be > 0")
         _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")

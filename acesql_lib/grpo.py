@@ -201,7 +201,8 @@ class JointGRPO:
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
         return rollout(tasks, self.engine, self.tokenizer, spec, vote_mode=g.vote, vote_threshold=g.vote_threshold,
                        style=self.style, compare_mode=g.compare_mode, timeout_s=g.exec_timeout_s,
-                       think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation)
+                       think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation,
+                       sql_whitespace=g.sql_whitespace)
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -335,7 +336,8 @@ class JointGRPO:
         k = self.g.val_samples
         rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), style=self.style,
                         compare_mode=self.g.compare_mode, timeout_s=self.g.exec_timeout_s, think_rule=self.g.think_rule,
-                        retriever_parser=self.g.retriever_parser, truncation=self.g.truncation)
+                        retriever_parser=self.g.retriever_parser, truncation=self.g.truncation,
+                        sql_whitespace=self.g.sql_whitespace)
         rows = [(r.n_correct / k, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
                                   (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
                 for r in rolls]

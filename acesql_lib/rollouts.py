@@ -8,6 +8,7 @@ from the stage's config. Everything is batched over questions: one engine call p
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -264,11 +265,12 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
             vote_mode: str = "majority", vote_threshold: float = 0.5, style: str = "paper",
             compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0, progress: bool = False,
             think_rule: str = "authors", retriever_parser: str = "authors",
-            truncation: str = "length") -> list[QuestionRollout]:
+            truncation: str = "length", sql_whitespace: str = "keep") -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation `spec`).
 
     `think_rule` / `retriever_parser`: the parsers' rule sets (prompts module); `truncation`:
-    "length" (authors: the response reached max_new_tokens) or "no_stop" (kit: no stop token).
+    "length" (authors: the response reached max_new_tokens) or "no_stop" (kit: no stop token);
+    `sql_whitespace`: how both SQLs are written before they run (`normalise_sql`).
     """
     r_parse, g_parse = training_parsers(spec.max_new_tokens, think_rule, retriever_parser, truncation)
     retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
@@ -276,14 +278,31 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
     generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 4. execute every SQL against its gold (gold results are cached by the executor)
-    execute_rollouts(results, compare_mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress)
+    execute_rollouts(results, compare_mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress,
+                     sql_whitespace=sql_whitespace)
     return results
 
 
+SQL_WHITESPACE_RULES = ("collapse", "keep")
+
+
+def normalise_sql(sql: str | None, rule: str = "keep") -> str | None:
+    """The SQL as it is executed. "collapse" (the authors' training reward, RL/rewards/joint_reward.py):
+    every run of whitespace, newlines and whitespace inside string literals included, becomes one
+    space, so a `-- comment` line comments out the rest of the query. "keep": the SQL as written."""
+    if rule not in SQL_WHITESPACE_RULES:
+        raise ValueError(f"sql_whitespace must be one of {', '.join(SQL_WHITESPACE_RULES)}, got {rule!r}")
+    return re.sub(r"\s+", " ", sql) if rule == "collapse" and sql else sql
+
+
 def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "multiset", timeout_s: float = 30.0,
-                     workers: int = 0, progress: bool = False) -> None:
-    """§4 step 4: one executor batch for every generator sample; sets matches, statuses, match sets."""
-    items = [(p.sql, r.task.example.sql, r.task.example.db_path) for r in rollouts for p in r.generator.parses]
+                     workers: int = 0, progress: bool = False, sql_whitespace: str = "keep") -> None:
+    """§4 step 4: one executor batch for every generator sample; sets matches, statuses, match sets.
+
+    Both SQLs run as `normalise_sql(..., sql_whitespace)` writes them; the column sets are read from
+    the SQL as the model wrote it (as the authors extract columns from the un-collapsed text)."""
+    items = [(normalise_sql(p.sql, sql_whitespace), normalise_sql(r.task.example.sql, sql_whitespace),
+              r.task.example.db_path) for r in rollouts for p in r.generator.parses]
     with phase("execution"):
         scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
                              progress=progress) if items else []

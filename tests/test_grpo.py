@@ -304,3 +304,21 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
     trainer.train(on_step=reports.append)
     lr = ctx.cfg.grpo.learning_rate
     assert [r.metrics["lr"] for r in reports] == pytest.approx([lr * 2 / 3, lr, lr])
+
+
+def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
+    """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
+    from acesql_lib import rollouts
+
+    seen = []
+    real = rollouts.execute_rollouts
+
+    def recording(rolls, *args, **kw):
+        seen.append(kw.get("sql_whitespace"))
+        return real(rolls, *args, **kw)
+
+    monkeypatch.setattr(rollouts, "execute_rollouts", recording)
+    run = fresh_run(template, tmp_path, "ws")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 1, "grpo.sql_whitespace": "collapse"}))
+    build_trainer(ctx.cfg, ctx.paths, progress=False).train()
+    assert len(seen) >= 2 and set(seen) == {"collapse"}  # validation before and after the step, and the step
