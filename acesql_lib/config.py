@@ -279,6 +279,9 @@ class GRPOConfig:
     kl_coef: float = 0.001  # §4 step 8, k3 estimator
     reference_model: str = ""  # §4 step 8: "" = the frozen SFT checkpoint; a folder to use another reference
     gen_schedule_ratio: float = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
+    # §4.11 silent on the rounding; authors (verl): warm-up int(5% x T) from lr 0, w_gen progress (s-1)/(T-1).
+    # "kit": warm-up ceil(5% x T) from lr 1/W, w_gen (s-1)/(ratio x T)
+    schedule: str = "authors"
     pcgrad: str = "symmetric"  # §4 step 10; "generator_dominant", "norm_equalised" (authors'), "norm_mean" (kit), "none", "global"
     pcgrad_eps: float = 1e-12  # authors' dp_actor.py: no projection onto a gradient with squared norm <= eps; 0 = kit
     pcgrad_max_ratio: float = 0.3  # authors' norm_equalised: retriever gradient capped at 0.3 x generator norm
@@ -287,7 +290,7 @@ class GRPOConfig:
     warmup_ratio: float = 0.05  # §4.11
     weight_decay: float = 0.0  # §4.11
     epochs: int = 4  # §4.11: 4 epochs x 182 steps = 728
-    max_steps: int = 0  # 0 = epochs x ceil(questions / batch)
+    max_steps: int = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
     max_prompt_tokens: int = 4096  # §4.11
     max_response_tokens: int = 2048  # §4.11
     micro_batch_size: int = 8  # sequences per forward/backward pass (memory, not maths)
@@ -298,6 +301,10 @@ class GRPOConfig:
     keep_checkpoints: int = 3
     report_to: str = "none"  # tracker for metrics.jsonl's metrics: none, tensorboard, wandb or trackio (kit's option)
     seed: int = 0
+    # question order: "authors" = verl's seeded torch sampler (RL/trainer/main_two_pass.py, data.seed 1 in
+    # RL/scripts/train_rl_pcgrad.sh); "kit" = a Python shuffle per epoch from grpo.seed
+    data_order: str = "authors"
+    data_seed: int = 1
     accelerate_config: str = "configs/accelerate/fsdp.yaml"
 
     def __post_init__(self) -> None:
@@ -314,6 +321,8 @@ class GRPOConfig:
         _check(self.pool_add_gate in ("format", "match"), "grpo.pool_add_gate", "must be format or match")
         _check(self.bare_table_columns in ("none", "anchor"), "grpo.bare_table_columns", "must be none or anchor")
         _check(self.sql_whitespace in ("collapse", "keep"), "grpo.sql_whitespace", "must be collapse or keep")
+        _check(self.schedule in ("authors", "kit"), "grpo.schedule", "must be authors or kit")
+        _check(self.data_order in ("authors", "kit"), "grpo.data_order", "must be authors or kit")
         _check(self.pcgrad_eps >= 0, "grpo.pcgrad_eps", "must be >= 0")
         _check(self.pcgrad_max_ratio > 0, "grpo.pcgrad_max_ratio", "must be > 0")
         _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")

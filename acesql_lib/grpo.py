@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -48,17 +49,64 @@ from .tracking import open_tracker
 # Pieces with their own tests
 
 
-def gen_weight(step: int, total_steps: int, ramp_ratio: float) -> float:
-    """§4 step 9: w_gen rises linearly 0 -> 1 over the first `ramp_ratio` of steps; 0 at step 1."""
-    ramp = ramp_ratio * total_steps
-    if ramp <= 0:
+SCHEDULES = ("authors", "kit")
+
+
+def total_steps(n_questions: int, batch: int, epochs: int, max_steps: int = 0) -> int:
+    """§4.11: `epochs` passes of whole batches; an epoch's last partial batch is dropped, as the data
+    cursor does (2,913 questions / 16 = 182 steps per epoch, 728 in all). `max_steps` > 0 wins."""
+    return max_steps or epochs * max(1, n_questions // batch)
+
+
+def gen_weight(step: int, total_steps: int, ramp_ratio: float, schedule: str = "authors") -> float:
+    """§4 step 9: w_gen rises linearly 0 -> 1 over the first `ramp_ratio` of training; 0 at step 1.
+
+    "authors" measures progress as (s - 1) / (T - 1) (RL/trainer/two_pass_ray_trainer.py), so the
+    weight is full at step 183 of 728; "kit" divides by `ramp_ratio * T` (full at step 183 too, but a
+    hair later on short runs). `ramp_ratio` 0 disables the schedule (w_gen = 1)."""
+    if ramp_ratio <= 0:
         return 1.0
-    return min(1.0, (step - 1) / ramp)
+    ramp = ramp_ratio * (max(total_steps - 1, 1) if schedule == "authors" else total_steps)
+    return min(1.0, max(step - 1, 0) / ramp)
 
 
-def lr_lambda(warmup_steps: int) -> Callable[[int], float]:
-    """§4.11: constant learning rate after a linear warmup."""
+def warmup_steps(warmup_ratio: float, total_steps: int, schedule: str = "authors") -> int:
+    """§4.11 warm-up length: the authors' int(ratio x T) (verl: 36 of 728); the kit's ceil (37)."""
+    return int(warmup_ratio * total_steps) if schedule == "authors" else math.ceil(warmup_ratio * total_steps)
+
+
+def lr_lambda(warmup_steps: int, schedule: str = "authors") -> Callable[[int], float]:
+    """§4.11: constant learning rate after a linear warm-up; `i` counts optimizer steps taken.
+
+    "authors" is verl's constant schedule with warm-up: i / W while i < W, then 1, so the first update
+    runs at lr 0 (W = 0: constant from the start); "kit" starts at 1/W: min(1, (i + 1) / W)."""
+    if schedule == "authors":
+        return lambda i: i / warmup_steps if i < warmup_steps else 1.0
     return lambda i: min(1.0, (i + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+@functools.lru_cache(maxsize=4)
+def _authors_epochs(n: int, batch: int, data_seed: int, upto: int) -> tuple[tuple[int, ...], ...]:
+    sampler = torch.utils.data.RandomSampler(range(n), generator=torch.Generator().manual_seed(data_seed))
+    batches = torch.utils.data.BatchSampler(sampler, batch, drop_last=True)
+    return tuple(tuple(i for chunk in batches for i in chunk) for _ in range(upto + 1))
+
+
+def epoch_order(n: int, batch: int, epoch: int, data_order: str = "authors", data_seed: int = 1,
+                seed: int = 0) -> list[int]:
+    """The question order of `epoch` (0-based), a function of the epoch alone so a resume needs only
+    (epoch, position).
+
+    "authors": verl's sampler, one torch generator seeded `data_seed` drawn epoch after epoch
+    (RandomSampler under a drop-last BatchSampler, as RL/trainer/main_two_pass.py builds it), so a
+    run sees the authors' order of the same rows. "kit": a fresh Python shuffle per epoch from `seed`."""
+    if data_order == "authors":
+        if n < batch:  # the cursor takes the whole (short) list each step; keep the sampler's order
+            return list(torch.randperm(n, generator=torch.Generator().manual_seed(data_seed)).tolist())
+        return list(_authors_epochs(n, batch, data_seed, epoch)[epoch])
+    order = list(range(n))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    return order
 
 
 def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor,
@@ -154,16 +202,16 @@ class JointGRPO:
         self.out = Path(out_dir)
         self.progress = progress and self.acc.is_main_process
         self.penalty = LengthPenalty.from_config(self.g)
-        self.total_steps = self.g.max_steps or self.g.epochs * math.ceil(len(self.tasks) / self.g.batch_questions)
+        self.total_steps = total_steps(len(self.tasks), self.g.batch_questions, self.g.epochs, self.g.max_steps)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
                                       weight_decay=self.g.weight_decay)
-        warmup = math.ceil(self.g.warmup_ratio * self.total_steps)
+        warmup = warmup_steps(self.g.warmup_ratio, self.total_steps, self.g.schedule)
         self.model, self.optimizer = self.acc.prepare(policy, optimizer)
         # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
         # are not split (accelerate/scheduler.py), so 4 ranks would run the warm-up 4x as fast. One
         # optimizer step is one scheduler step on every rank; the prepared optimizer shares `optimizer`'s
         # parameter groups, so the learning rate it uses is the one set here.
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup))
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup, self.g.schedule))
         self.reference = reference
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()
@@ -177,8 +225,7 @@ class JointGRPO:
         if self.state.position + b > n:  # not enough left in this epoch: start the next one
             self.state.epoch += 1
             self.state.position = 0
-        order = list(range(n))
-        random.Random(self.g.seed * 1_000_003 + self.state.epoch).shuffle(order)
+        order = epoch_order(n, b, self.state.epoch, self.g.data_order, self.g.data_seed, self.g.seed)
         chosen = order[self.state.position:self.state.position + b]
         self.state.position += b
         return chosen[self.acc.process_index::self.acc.num_processes]  # this rank's share
@@ -235,7 +282,7 @@ class JointGRPO:
         a_ret, a_gen = group_advantages(r_ret, g.adv_eps), group_advantages(r_gen, g.adv_eps)
 
         # -- 8-10. two backward passes, PCGrad, clip, AdamW
-        w_gen = gen_weight(step, self.total_steps, g.gen_schedule_ratio)
+        w_gen = gen_weight(step, self.total_steps, g.gen_schedule_ratio, g.schedule)
         self.model.train()
         ret_batch = self._role_batch(rolls, "retriever", a_ret)
         gen_batch = self._role_batch(rolls, "generator", a_gen)

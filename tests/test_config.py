@@ -119,10 +119,18 @@ def test_profiles_train_and_evaluate_with_the_authors_semantics(profile):
                                        ("grpo.pool_add_gate", "any"), ("grpo.bare_table_columns", "pk"),
                                        ("grpo.pcgrad_eps", -1.0), ("eval.retriever_parser", "regex"),
                                        ("eval.generator_parser", "regex"), ("distill.rl_selection", "base_model"),
-                                       ("distill.rl_candidates", -1)])
+                                       ("distill.rl_candidates", -1), ("grpo.schedule", "verl"),
+                                       ("grpo.data_order", "shuffled")])
 def test_bad_semantics_option_is_named(key, value):
     with pytest.raises(ConfigError, match=key):
         load_config("tiny", overrides={key: value})
+
+
+def test_the_paper_profile_schedules_and_orders_as_the_authors_and_tiny_keeps_its_own():
+    paper, tiny = load_config("paper").grpo, load_config("tiny").grpo
+    assert (paper.schedule, paper.data_order, paper.data_seed) == ("authors", "authors", 1)
+    assert (tiny.schedule, tiny.data_order) == ("kit", "kit")  # the tiny README numbers predate the authors' rounding
+    assert (GRPOConfig().schedule, GRPOConfig().data_order, GRPOConfig().data_seed) == ("authors", "authors", 1)
 
 
 def test_rl_questions_are_chosen_by_stage_one_counts_as_the_authors_release_does():

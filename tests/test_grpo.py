@@ -306,6 +306,28 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
     assert [r.metrics["lr"] for r in reports] == pytest.approx([lr * 2 / 3, lr, lr])
 
 
+def test_the_authors_schedule_and_question_order_drive_the_trainer(template, tmp_path):
+    """grpo.schedule authors: the first update runs at lr 0 (verl's warm-up), so it leaves the weights as
+    they were; grpo.data_order authors: each step's questions are verl's sampler's next batch."""
+    from acesql_lib.grpo import epoch_order
+
+    run = fresh_run(template, tmp_path, "sched")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 0.67,
+                                                         "grpo.schedule": "authors", "grpo.data_order": "authors",
+                                                         "grpo.data_seed": 5}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    before = [p.detach().clone() for p in trainer.params]
+    n, b = len(trainer.tasks), trainer.g.batch_questions
+    expected = epoch_order(n, b, 0, "authors", 5)[:b]
+    assert trainer._next_questions() == expected
+    trainer.state.position = 0
+    reports = []
+    trainer.train(on_step=reports.append, stop_after=1)
+    assert all(torch.equal(a, p.detach()) for a, p in zip(before, trainer.params))  # lr 0 on the first update
+    lr = ctx.cfg.grpo.learning_rate
+    assert reports[0].metrics["lr"] == pytest.approx(lr / 2)  # warm-up int(0.67 x 3) = 2: next step at 1/2
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts

@@ -5,23 +5,65 @@ import math
 import pytest
 import torch
 
-from acesql_lib.grpo import _pad_batch, completion_logprobs, gen_weight, lr_lambda, ppo_token_loss
+from acesql_lib.grpo import (_pad_batch, completion_logprobs, epoch_order, gen_weight, lr_lambda, ppo_token_loss,
+                             total_steps, warmup_steps)
 from acesql_lib.rollouts import vote
 
 
-def test_gen_weight_ramp():
-    # §4 step 9: zero at step 1, linear to 1 at 25% of steps, then 1
+def test_the_paper_run_has_728_steps_an_epoch_dropping_its_last_partial_batch():
+    # §4.11 and the authors' verl dataloader (drop_last): 2,913 // 16 = 182 steps per epoch
+    assert total_steps(2913, 16, 4) == 728
+    assert total_steps(2913, 16, 4, max_steps=5) == 5
+    assert total_steps(3, 16, 2) == 2  # fewer questions than a batch: one (short) step per epoch
+
+
+def test_gen_weight_ramp_follows_the_authors_progress():
+    # RL/trainer/two_pass_ray_trainer.py: progress (s-1)/(T-1), weight min(progress / 0.25, 1)
     assert gen_weight(1, 728, 0.25) == 0.0
-    assert gen_weight(183, 728, 0.25) == pytest.approx(1.0)
-    assert gen_weight(92, 728, 0.25) == pytest.approx(91 / 182)
+    assert gen_weight(92, 728, 0.25) == pytest.approx(91 / (0.25 * 727))
+    assert gen_weight(182, 728, 0.25) == pytest.approx(181 / 181.75)
+    assert gen_weight(183, 728, 0.25) == 1.0
     assert gen_weight(500, 728, 0.25) == 1.0
     assert gen_weight(1, 728, 0.0) == 1.0  # "w/o schedule"
+    assert gen_weight(2, 5, 0.25) == 1.0  # (2-1)/(0.25*4)
+    assert gen_weight(1, 1, 0.25) == 0.0
 
 
-def test_lr_warmup_then_constant():
-    f = lr_lambda(4)
+def test_gen_weight_ramp_kit_reading():
+    assert gen_weight(92, 728, 0.25, "kit") == pytest.approx(91 / 182)
+    assert gen_weight(183, 728, 0.25, "kit") == pytest.approx(1.0)
+    assert gen_weight(2, 5, 0.25, "kit") == pytest.approx(0.8)
+
+
+def test_the_authors_warmup_is_36_steps_from_lr_zero():
+    # verl: int(0.05 x 728) = 36 warm-up steps; lambda(i) = i / 36 below 36, so the first update runs at 0
+    w = warmup_steps(0.05, 728)
+    assert w == 36
+    f = lr_lambda(w)
+    assert [f(i) for i in (0, 1, 18, 35, 36, 37, 700)] == pytest.approx([0, 1 / 36, 0.5, 35 / 36, 1, 1, 1])
+    assert lr_lambda(0)(0) == 1.0  # no warm-up: constant from the first step
+
+
+def test_lr_warmup_kit_reading():
+    assert warmup_steps(0.05, 728, "kit") == 37
+    f = lr_lambda(4, "kit")
     assert [f(i) for i in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
-    assert lr_lambda(0)(0) == 1.0
+    assert lr_lambda(0, "kit")(0) == 1.0
+
+
+def test_the_authors_question_order_is_verls_seeded_sampler():
+    """Epoch e's order is what a seed-1 RandomSampler under a drop-last DataLoader yields in its e-th pass."""
+    from torch.utils.data import DataLoader, RandomSampler
+
+    n, b = 50, 16
+    loader = DataLoader(list(range(n)), batch_size=b, drop_last=True,
+                        sampler=RandomSampler(range(n), generator=torch.Generator().manual_seed(1)))
+    passes = [[int(i) for batch in loader for i in batch] for _ in range(3)]
+    for e in range(3):
+        assert epoch_order(n, b, e, "authors", 1)[:48] == passes[e]
+    assert epoch_order(n, b, 1, "authors", 1) != epoch_order(n, b, 1, "authors", 2)
+    kit = epoch_order(n, b, 0, "kit", seed=0)
+    assert sorted(kit) == list(range(n)) and kit[:48] != passes[0]
 
 
 def test_majority_vote_threshold():
