@@ -277,6 +277,7 @@ class GRPOConfig:
     clip_eps: float = 0.2  # §4 step 8
     dual_clip: float = 3.0  # §4 step 8
     kl_coef: float = 0.001  # §4 step 8, k3 estimator
+    kl_clamp: float = 10.0  # authors (verl low_var_kl): log-ratio in [-20, 20], k3 clamped to [-10, 10]; 0 = unclamped (kit)
     reference_model: str = ""  # §4 step 8: "" = the frozen SFT checkpoint; a folder to use another reference
     gen_schedule_ratio: float = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
     # §4.11 silent on the rounding; authors (verl): warm-up int(5% x T) from lr 0, w_gen progress (s-1)/(T-1).
@@ -323,6 +324,7 @@ class GRPOConfig:
         _check(self.sql_whitespace in ("collapse", "keep"), "grpo.sql_whitespace", "must be collapse or keep")
         _check(self.schedule in ("authors", "kit"), "grpo.schedule", "must be authors or kit")
         _check(self.data_order in ("authors", "kit"), "grpo.data_order", "must be authors or kit")
+        _check(self.kl_clamp >= 0, "grpo.kl_clamp", "must be >= 0 (0 = unclamped)")
         _check(self.pcgrad_eps >= 0, "grpo.pcgrad_eps", "must be >= 0")
         _check(self.pcgrad_max_ratio > 0, "grpo.pcgrad_max_ratio", "must be > 0")
         _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")

@@ -110,16 +110,22 @@ def epoch_order(n: int, batch: int, epoch: int, data_order: str = "authors", dat
 
 
 def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, adv: torch.Tensor,
-                   clip_eps: float = 0.2, dual_clip: float = 3.0, kl_coef: float = 0.001
+                   clip_eps: float = 0.2, dual_clip: float = 3.0, kl_coef: float = 0.001, kl_clamp: float = 10.0
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """§4 step 8: PPO clipped surrogate with dual clip, plus the k3 ("low_var_kl") KL term, per token.
 
+    `kl_clamp` > 0 is verl's low_var_kl as the authors ran it: the log-ratio clamped to [-20, 20] and the
+    estimate to [-kl_clamp, kl_clamp] (no gradient from a clamped token); 0 leaves k3 unclamped.
     Returns (loss, kl, clipped) per token; `adv` is broadcast per sequence ([b, 1])."""
     ratio = torch.exp(logp - old_logp)
     pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1 - clip_eps, 1 + clip_eps))
     pg = torch.where(adv < 0, torch.minimum(pg, -adv * dual_clip), pg)  # dual clip bounds negative advantages
     delta = ref_logp - logp
+    if kl_clamp > 0:
+        delta = delta.clamp(-20.0, 20.0)
     kl = torch.exp(delta) - delta - 1  # k3: unbiased, always >= 0
+    if kl_clamp > 0:
+        kl = kl.clamp(-kl_clamp, kl_clamp)
     clipped = ((ratio < 1 - clip_eps) | (ratio > 1 + clip_eps)).float()
     return pg + kl_coef * kl, kl, clipped
 
@@ -282,7 +288,9 @@ class JointGRPO:
         a_ret, a_gen = group_advantages(r_ret, g.adv_eps), group_advantages(r_gen, g.adv_eps)
 
         # -- 8-10. two backward passes, PCGrad, clip, AdamW
-        w_gen = gen_weight(step, self.total_steps, g.gen_schedule_ratio, g.schedule)
+        # The authors' norm-equalised PCGrad sets both loss scales to 1.0 (RL/third_party/verl/workers/actor/dp_actor.py)
+        equalised = g.pcgrad == "norm_equalised" and g.schedule == "authors"
+        w_gen = 1.0 if equalised else gen_weight(step, self.total_steps, g.gen_schedule_ratio, g.schedule)
         self.model.train()
         ret_batch = self._role_batch(rolls, "retriever", a_ret)
         gen_batch = self._role_batch(rolls, "generator", a_gen)
@@ -358,7 +366,7 @@ class JointGRPO:
                                 if self.reference is not None and g.kl_coef > 0 else logp.detach())
                 adv = batch.advantages[sl].to(dev).unsqueeze(1)
                 tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,
-                                                       g.kl_coef)
+                                                       g.kl_coef, g.kl_clamp)
                 loss = (tok_loss * cmask).sum()
                 if weight > 0:
                     self.acc.backward(loss * scale)

@@ -35,7 +35,6 @@ deterministic.
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -63,6 +62,9 @@ def pool_additions(parses: Iterable[Any], matches: Iterable[bool], sets: Iterabl
         if match and s and (gate == "match" or parse.format_ok):
             out.append(frozenset(s))
     return out
+
+
+TIE_ABS = 1e-9  # weights within this of the maximum are tied targets (authors' joint_reward.py)
 
 
 class ColumnSetPool:
@@ -173,8 +175,10 @@ class ColumnSetPool:
         if not weights:
             return []
         top = max(weights.values())
-        # Relative tolerance: with gamma != 0.5, equal histories can differ in the last bit.
-        return sorted((s for s, w in weights.items() if math.isclose(w, top, rel_tol=1e-9)), key=_set_key)
+        # The authors' absolute tie (RL/rewards/joint_reward.py, _target_sets_from_pool): within 1e-9 of the
+        # top. It also absorbs last-bit differences of equal histories; after ~30 decays without additions
+        # every remaining set is within 1e-9 and all of them are targets, as in the authors' run.
+        return sorted((s for s, w in weights.items() if abs(w - top) < TIE_ABS), key=_set_key)
 
     def weights(self, qid: str) -> dict[ColumnSet, float]:
         return dict(self._weights.get(str(qid), {}))

@@ -328,6 +328,17 @@ def test_the_authors_schedule_and_question_order_drive_the_trainer(template, tmp
     assert reports[0].metrics["lr"] == pytest.approx(lr / 2)  # warm-up int(0.67 x 3) = 2: next step at 1/2
 
 
+@pytest.mark.parametrize("schedule,w_gen", [("authors", 1.0), ("kit", 0.0)])
+def test_norm_equalised_pcgrad_trains_both_losses_at_full_scale_under_the_authors_schedule(template, tmp_path,
+                                                                                           schedule, w_gen):
+    run = fresh_run(template, tmp_path, f"ne-{schedule}")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.pcgrad": "norm_equalised",
+                                                         "grpo.schedule": schedule}))
+    reports = []
+    build_trainer(ctx.cfg, ctx.paths, progress=False).train(on_step=reports.append, stop_after=1)
+    assert reports[0].metrics["w_gen"] == w_gen  # step 1: the ramp would give 0
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts

@@ -169,3 +169,23 @@ def test_trainer_retriever_reward_dispatch(kind, expected):
     roll = SimpleNamespace(task=SimpleNamespace(gold_columns=frozenset({"singer.Name"})))
     pool_after = {frozenset({"singer.Name"}): 1.0}
     assert JointGRPO._retriever_reward(trainer, roll, parse, 100, [], pool_after) == pytest.approx(expected)
+
+
+def test_the_kl_term_is_verls_clamped_low_var_kl():
+    """verl's low_var_kl (the authors' kl_loss_type): log-ratio clamped to [-20, 20], k3 to [-10, 10], and a
+    clamped token gives no gradient; kl_clamp 0 keeps the unclamped k3."""
+    logp = torch.tensor([[-0.1, -15.0, -30.0]], requires_grad=True)
+    ref = torch.tensor([[-0.2, -0.1, -0.1]])
+    adv = torch.zeros(1, 1)
+    _, kl, _ = ppo_token_loss(logp, logp.detach(), ref, adv, kl_coef=1.0)
+    d = ref - logp.detach()
+    k3 = torch.exp(d) - d - 1
+    kl = kl.detach()
+    assert kl[0, 0] == pytest.approx(float(k3[0, 0]))
+    assert kl[0, 1] == 10.0 and kl[0, 2] == 10.0  # e^14.9 - 15.9 and e^29.9 would be ~3e6 and ~1e13
+    loss, _, _ = ppo_token_loss(logp, logp.detach(), ref, adv, kl_coef=1.0)
+    loss.sum().backward()
+    assert logp.grad[0, 0] != 0 and logp.grad[0, 1] == 0 and logp.grad[0, 2] == 0
+    _, raw, _ = ppo_token_loss(logp, logp.detach(), ref, adv, kl_coef=1.0, kl_clamp=0.0)
+    raw = raw.detach()
+    assert raw[0, 1] == pytest.approx(float(k3[0, 1]), rel=1e-5) and raw[0, 1] > 1e6

@@ -188,3 +188,14 @@ def test_distilled_pool_file_holds_no_gamma_and_grpo_reads_the_config(tmp_path, 
     assert pool.gamma == 0.25
     pool.visit("q1")
     assert pool.weights("q1")[A] == 0.5
+
+
+def test_ties_are_absolute_as_the_authors_so_long_unvisited_sets_all_become_targets():
+    """RL/rewards/joint_reward.py ties weights within an absolute 1e-9: after 30 decays without additions
+    3 x 0.5^30 and 2 x 0.5^30 are both below 1e-9 apart, so both are targets (a relative tie keeps one)."""
+    pool = sft_pool()
+    for _ in range(29):
+        pool.visit("q1")
+    assert pool.targets("q1") == [A]  # 3 x 0.5^29 - 2 x 0.5^29 = 1.86e-9: still apart
+    pool.visit("q1")
+    assert pool.targets("q1") == sorted([A, B], key=lambda s: sorted(s))
