@@ -43,6 +43,13 @@ def _set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
+LORA_KEY = "lora_"  # PEFT's adapter parameters carry it in their names
+
+
+def is_peft(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "merge_and_unload")
+
+
 def checkpoints(out_dir: Path) -> list[Path]:
     """Complete checkpoints, oldest first."""
     found = [p for p in Path(out_dir).glob("checkpoint-*") if (p / MARKER).exists() and p.name.split("-")[-1].isdigit()]
@@ -59,7 +66,14 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
     if acc.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
+        if is_peft(acc.unwrap_model(model)):  # the adapters alone: the base is the frozen SFT model
+            from safetensors.torch import save_file
+
+            (tmp / "model").mkdir()
+            save_file({k: v.contiguous() for k, v in model_state.items() if LORA_KEY in k},
+                      str(tmp / "model" / "adapter_state.safetensors"))
+        else:
+            acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
@@ -91,8 +105,9 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
         weights.update(load_file(str(f)))
     target = acc.unwrap_model(model)
     missing, unexpected = target.load_state_dict(weights, strict=False)
-    # tied embeddings are saved once; anything else missing means a different model
-    real_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    # tied embeddings are saved once; a LoRA checkpoint holds the adapters alone; anything else missing
+    # means a different model
+    real_missing = [k for k in missing if not k.endswith("lm_head.weight") and (LORA_KEY in k or not is_peft(target))]
     if real_missing or unexpected:
         raise RuntimeError(f"{path}: checkpoint does not fit the model (missing {real_missing[:5]}, "
                            f"unexpected {list(unexpected)[:5]})")

@@ -108,7 +108,11 @@ class FilteringConfig:
 @dataclass
 class ModelConfig:
     base_model: str = "Qwen/Qwen3-8B"  # §1: one model, two roles; a hub id or a local folder
-    dtype: str = "bfloat16"  # §3.3 bf16
+    dtype: str = "bfloat16"  # §3.3 bf16: inference (distillation, evaluation, the engine) and the frozen reference
+    # The trained policy's weights in SFT and GRPO: fp32 masters with bf16 compute (sft.bf16, grpo.bf16), as the
+    # authors' actor (RL/scripts/train_rl_pcgrad.sh: model_dtype fp32, mixed precision bf16). A bf16 policy would
+    # lose every 1e-6 AdamW update to rounding (bf16 keeps 8 bits of mantissa).
+    train_dtype: str = "float32"
     device: str = "auto"  # "auto", "cpu" or "cuda"
     lora: bool = False  # §3.3 full fine-tune; LoRA through PEFT is an option
     lora_r: int = 64
@@ -143,6 +147,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        _check(self.train_dtype in ("float32", "bfloat16", "float16"), "model.train_dtype",
+               f"unknown dtype {self.train_dtype!r} (float32 keeps fp32 master weights)")
         _check(self.device in ("auto", "cpu", "cuda"), "model.device", f"unknown device {self.device!r}")
         _check(self.prompt_style in ("paper", "tiny"), "model.prompt_style", "must be paper or tiny")
         _check(self.tiny_hidden_size % self.tiny_num_heads == 0, "model.tiny_hidden_size",
@@ -295,6 +301,7 @@ class GRPOConfig:
     max_prompt_tokens: int = 4096  # §4.11
     max_response_tokens: int = 2048  # §4.11
     micro_batch_size: int = 8  # sequences per forward/backward pass (memory, not maths)
+    bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
     val_samples: int = 1  # UNKNOWN: generator samples per validation question (EX is their mean; more = less noise)

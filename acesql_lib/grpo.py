@@ -85,6 +85,14 @@ def lr_lambda(warmup_steps: int, schedule: str = "authors") -> Callable[[int], f
     return lambda i: min(1.0, (i + 1) / warmup_steps) if warmup_steps > 0 else 1.0
 
 
+def accelerator_precision(bf16: bool, cuda: bool) -> dict[str, Any]:
+    """`Accelerator` arguments of a GRPO run: on a GPU, bf16 autocast over the fp32 policy (`model.train_dtype`)
+    when `grpo.bf16`, as the authors' FSDP mixed precision; on CPU, fp32 throughout."""
+    if not cuda:
+        return {"cpu": True}  # no mixed_precision argument: a state set up before (TRL, a test) stays valid
+    return {"cpu": False, "mixed_precision": "bf16" if bf16 else "no"}
+
+
 @functools.lru_cache(maxsize=4)
 def _authors_epochs(n: int, batch: int, data_seed: int, upto: int) -> tuple[tuple[int, ...], ...]:
     sampler = torch.utils.data.RandomSampler(range(n), generator=torch.Generator().manual_seed(data_seed))
@@ -202,7 +210,7 @@ class JointGRPO:
         from accelerate import Accelerator
 
         self.cfg, self.g = cfg, cfg.grpo
-        self.acc = accelerator or Accelerator(cpu=not torch.cuda.is_available())
+        self.acc = accelerator or Accelerator(**accelerator_precision(self.g.bf16, torch.cuda.is_available()))
         self.tokenizer, self.engine, self.style = tokenizer, engine, style
         self.tasks, self.val_tasks, self.pool = list(tasks), list(val_tasks), pool
         self.out = Path(out_dir)
@@ -463,7 +471,10 @@ class JointGRPO:
         fresh = self.state.step > first_step or not (final / "config.json").is_file()
         if self.state.step >= self.total_steps and fresh and self.acc.is_main_process:
             with phase("checkpoints"):
-                self.unwrapped.save_pretrained(final)
+                model = self.unwrapped
+                if ckpt.is_peft(model):  # a plain model folder, as SFT writes (the run ends here)
+                    model = model.merge_and_unload()
+                model.save_pretrained(final)
                 self.tokenizer.save_pretrained(final)
                 self.pool.save(final / "pool.json")
         if self.state.step > first_step and self.acc.is_main_process:
@@ -633,7 +644,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
     from .distill import load_rl_tasks
     from .engines import make_engine
-    from .models import load_policy, load_reference
+    from .models import LoraSpec, apply_lora, load_policy, load_reference, training_dtype
     from .pool_init import initial_pool
 
     if cfg.distill.rl_selection == "sft_model":  # §3.4 by the SFT model's rollouts: chosen once, then read back
@@ -643,7 +654,11 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
             select_by_model(cfg, paths, progress=progress)
         if accelerator is not None:
             accelerator.wait_for_everyone()
-    policy, tokenizer = load_policy(str(paths.sft_model), dtype=cfg.model.dtype, device=cfg.model.device)
+    # fp32 master weights (model.train_dtype); the reference is frozen and runs in the inference dtype, as verl's
+    policy, tokenizer = load_policy(str(paths.sft_model), dtype=training_dtype(cfg.model), device=cfg.model.device)
+    lora = LoraSpec.from_config(cfg.model)
+    if lora is not None:  # model.lora: only fresh adapters on the (merged) SFT model train, as in SFT
+        policy = apply_lora(policy, lora)
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
     reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)

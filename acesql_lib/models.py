@@ -141,6 +141,12 @@ def load_reference(name_or_path: str | Path, dtype: str = "bfloat16", device: st
     return model, load_tokenizer(name_or_path, padding_side)
 
 
+def training_dtype(cfg: ModelConfig) -> str:
+    """The dtype the trained policy is loaded in: fp32 master weights (`model.train_dtype`) for a full fine-tune;
+    under LoRA the frozen base in `model.dtype`, PEFT holding the adapters it trains in fp32."""
+    return cfg.dtype if cfg.lora else cfg.train_dtype
+
+
 def load_policy_from_config(cfg: ModelConfig, name_or_path: str | Path | None = None,
                             ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return load_policy(name_or_path or cfg.base_model, cfg.dtype, cfg.device, LoraSpec.from_config(cfg))

@@ -12,11 +12,11 @@ error becomes a MISSING row that says what failed.
 
 Memory per GPU (bytes; P parameters, N processes of the stage's accelerate config, w = 2 for bf16,
 4 for float32; b micro-batch, s sequence length, h hidden size, L layers, V vocabulary):
-  sharded training state (ZeRO-3 / FSDP full shard) = 16·P / N
-      (mixed precision: w-byte weights and gradients, fp32 master weights, Adam m and v)
+  sharded training state (ZeRO-3 / FSDP full shard) = 4·m·P / N, m = 4 for fp32 master weights
+      (model.train_dtype: weights, gradients, Adam m and v in fp32; bf16 compute casts on the fly)
   activations(b, s, t) = b·s·h·L·w (checkpointed layer inputs) + b·t·V·4 (fp32 logits of t positions)
   SFT  = sharded state + activations(per_device_batch_size, sft.max_length, sft.max_length)
-  GRPO = sharded state + w·P/N (frozen reference, sharded) + activations(micro_batch_size,
+  GRPO = sharded state + m·P/N (PCGrad's gradient copy) + w·P (frozen reference, whole) + activations(micro_batch_size,
          max_prompt + max_response, max_response) (the loss keeps only the completion's logits);
          it must fit in (1 - gpu_memory_utilization) of the card, and the
          colocated vLLM engine's share, gpu_memory_utilization of the card, must hold its full copy of
@@ -123,27 +123,77 @@ def accelerate_processes(path: str, cfg: Config | None = None) -> tuple[int, boo
     return n, cpu
 
 
-def memory_estimates(cfg: Config, shape: dict[str, Any]) -> dict[str, float]:
-    """Bytes per process for SFT and GRPO training and for the colocated vLLM weights (module docstring)."""
+# Cards a one-GPU (notebook) run is judged against: name -> bytes
+ONE_GPU_CARDS = {"A100/H100 80 GB": 80 * GIB, "H200 141 GB": 141 * GIB, "B200 180 GB": 180 * GIB}
+
+
+def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None = None) -> dict[str, float]:
+    """Bytes per process for SFT and GRPO training and for the colocated vLLM weights (module docstring).
+
+    The trained policy is held in `model.train_dtype` (fp32 masters, m = 4 bytes) with Adam's two moments
+    and its gradients in the same dtype (4·m·P, sharded over N); bf16 compute casts on the fly. GRPO adds
+    the PCGrad copy of the first role's gradient (m·P/N) and the frozen reference in `model.dtype`
+    (w·P, held whole by each process: it is not sharded). `processes` overrides the accelerate configs'
+    process counts (1 = the notebooks' one-GPU path). With `model.lora` only the adapters train: the
+    frozen base is held in `model.dtype` (w·P, whole) and the adapters' optimizer state is negligible."""
     P = n_params(shape)
     w = 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+    m = 2 if cfg.model.train_dtype in ("bfloat16", "float16") else 4
     h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
 
     def act(b: int, s: int, t: int) -> float:
         return b * s * h * L * w + b * t * V * 4
 
-    def state(n: int) -> float:
-        return 16 * P / n
+    def state(n: int) -> float:  # LoRA: a frozen base in model.dtype, fp32 adapters (PEFT upcasts them)
+        return w * P if cfg.model.lora else 4 * m * P / n
 
-    n_sft, _ = accelerate_processes(cfg.sft.accelerate_config, cfg)
-    n_grpo, _ = accelerate_processes(cfg.grpo.accelerate_config, cfg)
+    def pcgrad(n: int) -> float:
+        return 0.0 if cfg.model.lora else m * P / n
+
+    n_sft = processes or accelerate_processes(cfg.sft.accelerate_config, cfg)[0]
+    n_grpo = processes or accelerate_processes(cfg.grpo.accelerate_config, cfg)[0]
     g = cfg.grpo
     return {"params": P, "sft": state(n_sft) + act(cfg.sft.per_device_batch_size, cfg.sft.max_length, cfg.sft.max_length),
-            "grpo": state(n_grpo) + w * P / n_grpo + act(g.micro_batch_size, g.max_prompt_tokens + g.max_response_tokens,
-                                                         g.max_response_tokens),
+            "grpo": state(n_grpo) + pcgrad(n_grpo) + w * P + act(g.micro_batch_size, g.max_prompt_tokens
+                                                                 + g.max_response_tokens, g.max_response_tokens),
             "vllm_weights": w * P / cfg.engine.tensor_parallel_size,
             "checkpoint": 12 * P,  # fp32 weights + Adam m and v: what a resumable checkpoint holds
             "weights": w * P}
+
+
+def one_gpu_verdict(cfg: Config, shape: dict[str, Any]) -> Row:
+    """Which cards can run the profile's SFT and GRPO in one process (the notebooks, `pipeline`), with the
+    colocated vLLM engine holding `engine.gpu_memory_utilization` of the card, and what to do where none
+    can: LoRA, or the multi-GPU launch."""
+    import dataclasses
+
+    util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
+
+    def cards(c: Config) -> tuple[float, list[str]]:
+        est = memory_estimates(c, shape, processes=1)
+        ok = [name for name, b in ONE_GPU_CARDS.items()
+              if est["sft"] <= b and est["grpo"] <= (1 - util) * b and (not util or est["vllm_weights"] <= util * b)]
+        return est["grpo"], ok
+
+    need, fits = cards(cfg)
+    what = "LoRA" if cfg.model.lora else "full fine-tune"
+    share = f" beside the engine's {util:g} of the card" if util else ""
+    if fits:
+        return Row("hardware", "one GPU (notebooks)", OK, f"{what}: GRPO needs about {_size(need)}{share}; "
+                   f"fits on {', '.join(fits)}")
+    advice = ""
+    if not cfg.model.lora:
+        need_lora, fits_lora = cards(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=True)))
+        advice = (f"set model.lora: true (GRPO about {_size(need_lora)}: "
+                  f"{', '.join(fits_lora) or 'no listed card'}) or ")
+    return Row("hardware", "one GPU (notebooks)", WARN,
+               f"{what}: GRPO needs about {_size(need)} in one process{share} ({train_dtype_note(cfg)}), more than "
+               f"{', '.join(ONE_GPU_CARDS)} hold; on one GPU {advice}launch SFT and GRPO on several GPUs "
+               f"(accelerate launch --config_file {cfg.grpo.accelerate_config})")
+
+
+def train_dtype_note(cfg: Config) -> str:
+    return f"{cfg.model.train_dtype} master weights, Adam and gradients, PCGrad's copy, a {cfg.model.dtype} reference"
 
 
 def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[str, int]) -> list[Row]:
@@ -343,6 +393,8 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
         status = OK if value <= cap else WARN
         rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}, has {_size(cap)}"
                         f" ({_count(n_params(shape))} parameters)"))
+    if want_gpus:
+        rows.append(one_gpu_verdict(cfg, shape))
     return rows
 
 

@@ -351,7 +351,7 @@ def read_samples(path: str | Path) -> list[dict[str, Any]]:
 
 def main(argv: Sequence[str] | None = None) -> SFTResult:
     from .config import load_config
-    from .models import load_policy
+    from .models import load_policy, training_dtype
 
     ap = argparse.ArgumentParser(description="Mixed SFT (§3.3) of the policy on retriever + generator samples.")
     ap.add_argument("--config", default="tiny", help="profile name or YAML path (configs/<profile>.yaml)")
@@ -361,10 +361,9 @@ def main(argv: Sequence[str] | None = None) -> SFTResult:
     ap.add_argument("--max-steps", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    cuda = torch.cuda.is_available()
-    # Loaded on CPU; the trainer places it (and shards it under ZeRO-3).
-    model, tokenizer = load_policy(args.model or cfg.model.base_model, dtype=cfg.model.dtype if cuda else "float32",
-                                   device="cpu")
+    # Loaded on CPU in fp32 (model.train_dtype); the trainer places it (and shards it under ZeRO-3) and
+    # computes in bf16 on a GPU (sft.bf16).
+    model, tokenizer = load_policy(args.model or cfg.model.base_model, dtype=training_dtype(cfg.model), device="cpu")
     lora = LoraSpec.from_config(cfg.model)
     trainer, result = _train(model, tokenizer, read_samples(args.samples), cfg.sft, args.output, args.max_steps,
                              cfg.seed, lora=lora)

@@ -339,6 +339,69 @@ def test_norm_equalised_pcgrad_trains_both_losses_at_full_scale_under_the_author
     assert reports[0].metrics["w_gen"] == w_gen  # step 1: the ramp would give 0
 
 
+@pytest.mark.parametrize("train_dtype", ["float32", "bfloat16"])
+def test_a_1e6_step_moves_fp32_master_weights_under_bf16_compute_and_rounds_away_on_a_bf16_policy(
+        template, tmp_path, train_dtype):
+    """The authors' precision: fp32 masters, bf16 compute (here accelerate's bf16 autocast on CPU, as on a GPU).
+    At lr 1e-6 AdamW moves every fp32 weight; the same step on a bf16-held policy rounds almost all away."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    from acesql_lib.grpo import accelerator_precision
+
+    assert accelerator_precision(True, cuda=True) == {"cpu": False, "mixed_precision": "bf16"}
+    assert accelerator_precision(False, cuda=True)["mixed_precision"] == "no"
+    run = fresh_run(template, tmp_path, f"prec-{train_dtype}")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 1, "grpo.learning_rate": 1e-6,
+                                                         "model.train_dtype": train_dtype}))
+    AcceleratorState._reset_state(True)
+    try:
+        acc = Accelerator(cpu=True, mixed_precision="bf16")
+        trainer = build_trainer(ctx.cfg, ctx.paths, accelerator=acc, progress=False)
+        assert {p.dtype for p in trainer.params} == {getattr(torch, train_dtype)}
+        before = [p.detach().clone() for p in trainer.params]
+        reports = []
+        trainer.train(on_step=reports.append)
+        assert reports[0].metrics["lr"] == pytest.approx(1e-6) and reports[0].metrics["grad_norm"] > 0
+        moved = sum(int((a != p.detach()).sum()) for a, p in zip(before, trainer.params))
+        total = sum(a.numel() for a in before)
+    finally:
+        AcceleratorState._reset_state(True)
+    print(f"{train_dtype}: {moved / total:.4f} of {total} weights moved")
+    if train_dtype == "float32":
+        assert all(not torch.equal(a, p.detach()) for a, p in zip(before, trainer.params))  # every tensor moved
+        assert moved / total > 0.9
+    else:
+        assert moved / total < 0.05  # the update is below bf16's resolution for nearly every weight
+
+
+def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes_a_merged_model(template, tmp_path):
+    """model.lora (the one-GPU route the preflight names): PEFT adapters on the SFT model train, a checkpoint
+    holds them alone and resumes into an equal trainer, and final/ is a plain model with them merged."""
+    from transformers import AutoModelForCausalLM
+
+    run = fresh_run(template, tmp_path, "lora")
+    over = rl_overrides(run, **{"grpo.max_steps": 2, "grpo.save_every": 1, "model.lora": True, "model.lora_r": 4,
+                                "model.lora_alpha": 8, "model.lora_dropout": 0.0})
+    ctx = RunContext.create("tiny", over)
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    base = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if not p.requires_grad}
+    trainer.train(stop_after=1)
+    assert all(torch.equal(base[n], p) for n, p in trainer.model.named_parameters() if n in base)
+    adapters = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    again = build_trainer(ctx.cfg, ctx.paths, progress=False)  # resumes from checkpoint-1
+    assert again.state.step == 1
+    assert all(torch.equal(adapters[n], p) for n, p in again.model.named_parameters() if p.requires_grad)
+    final = again.train()
+    merged = AutoModelForCausalLM.from_pretrained(final)
+    assert not any("lora_" in n for n, _ in merged.named_parameters())
+    sft = AutoModelForCausalLM.from_pretrained(ctx.paths.sft_model)
+    moved = [n for n, p in merged.named_parameters() if not torch.equal(p, dict(sft.named_parameters())[n])]
+    assert moved  # the adapters' update is in the merged weights
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts

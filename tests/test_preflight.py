@@ -10,7 +10,7 @@ import pytest
 
 from acesql_lib.config import REPO_ROOT, load_config
 from acesql_lib.preflight import (GIB, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
-                                  memory_estimates, n_params, run_checks)
+                                  memory_estimates, n_params, one_gpu_verdict, run_checks)
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 
@@ -96,3 +96,22 @@ def test_memory_estimate_for_the_paper_model_on_a100s_and_on_a_small_card():
     small = {r.item.split(" (")[0]: r for r in check_hardware(cfg, shape, [("T4", 16 * GIB)])}
     assert small["GPUs"].status == MISSING and "launch 4 processes" in small["GPUs"].detail
     assert small["SFT"].status == WARN
+
+
+def test_memory_counts_fp32_masters_pcgrad_and_a_whole_reference_and_says_what_runs_on_one_gpu():
+    cfg = load_config("paper")
+    shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
+    P = n_params(shape)
+    est = memory_estimates(cfg, shape)
+    one = memory_estimates(cfg, shape, processes=1)
+    # fp32 weights, gradients and Adam's moments (16 B), PCGrad's fp32 copy (4 B) per parameter, sharded;
+    # the bf16 reference whole on every process
+    assert one["grpo"] - est["grpo"] == pytest.approx((16 + 4) * P * (1 - 1 / 4))
+    bf16 = memory_estimates(load_config("paper", {"model.train_dtype": "bfloat16"}), shape, processes=1)
+    assert one["grpo"] - bf16["grpo"] == pytest.approx((16 + 4 - 8 - 2) * P)
+    full = one_gpu_verdict(cfg, shape)
+    assert full.status == WARN and "model.lora: true" in full.detail and "accelerate launch" in full.detail
+    lora = one_gpu_verdict(load_config("paper", {"model.lora": True}), shape)
+    assert lora.status == OK and "H200" in lora.detail and "A100" not in lora.detail
+    rows = {r.item: r for r in check_hardware(cfg, shape, [("A100-SXM4-80GB", 80 * GIB)] * 4)}
+    assert rows["one GPU (notebooks)"].status == WARN
