@@ -304,7 +304,10 @@ class GRPOConfig:
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
-    val_samples: int = 1  # UNKNOWN: generator samples per validation question (EX is their mean; more = less noise)
+    # §4.11 silent; authors (RL/trainer/validation_correct.py): validation runs the training rollout, 8 retriever
+    # samples, the vote, 8 generator samples per question at val_temperature; EX is the share of matching samples
+    val_retriever_samples: int = 8
+    val_samples: int = 8  # generator samples per validation question
     save_every: int = 80  # §4.11
     keep_checkpoints: int = 3
     report_to: str = "none"  # tracker for metrics.jsonl's metrics: none, tensorboard, wandb or trackio (kit's option)
@@ -338,6 +341,7 @@ class GRPOConfig:
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
         _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
         _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
+        _check(self.val_retriever_samples >= 1, "grpo.val_retriever_samples", "must be >= 1")
         _check(self.report_to in TRACKERS, "grpo.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")

@@ -396,13 +396,15 @@ class JointGRPO:
     def _validate(self) -> dict[str, float]:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
-        k = self.g.val_samples
         rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), style=self.style,
+                        vote_mode=self.g.vote, vote_threshold=self.g.vote_threshold,
                         compare_mode=self.g.compare_mode, timeout_s=self.g.exec_timeout_s, think_rule=self.g.think_rule,
                         retriever_parser=self.g.retriever_parser, truncation=self.g.truncation,
                         sql_whitespace=self.g.sql_whitespace)
-        rows = [(r.n_correct / k, int(bool(r.retriever.parses[0].columns) and r.retriever.parses[0].columns in
-                                  (self.pool.targets(r.task.qid) or [r.task.gold_columns])))
+        def exact(parse: Any, r: QuestionRollout) -> int:  # a retriever sample's set is a pool target (read only)
+            return int(bool(parse.columns) and parse.columns in (self.pool.targets(r.task.qid) or [r.task.gold_columns]))
+
+        rows = [(r.n_correct / len(r.generator.parses), sum(exact(p, r) for p in r.retriever.parses) / len(r.retriever.parses))
                 for r in rolls]
         rows = [x for part in _gather_objects(self.acc, rows) for x in [part]]
         n = max(len(rows), 1)

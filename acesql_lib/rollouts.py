@@ -170,9 +170,10 @@ class SamplingSpec:
 
     @classmethod
     def validation(cls, cfg: Any) -> "SamplingSpec":
-        """§4.11 validation: one retriever sample, `grpo.val_samples` generator samples at `val_temperature`."""
+        """§4.11 validation: `grpo.val_retriever_samples` retriever samples, the vote, `grpo.val_samples`
+        generator samples at `val_temperature` (the authors: 8 x 8, the training rollout without pool updates)."""
         g = cfg.grpo
-        return cls(1, g.val_samples, g.val_temperature, g.top_p, g.max_response_tokens,
+        return cls(g.val_retriever_samples, g.val_samples, g.val_temperature, g.top_p, g.max_response_tokens,
                    cfg.engine.enable_thinking, g.seed + 7)
 
     @classmethod

@@ -173,9 +173,12 @@ def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, t
     assert (run / "grpo" / "full.stale-2" / "checkpoint-1" / "COMPLETE").exists()
 
 
-def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path):
-    run = fresh_run(template, tmp_path, "v")
-    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3}))
+@pytest.mark.parametrize("n_ret", [1, 4])
+def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path, n_ret):
+    """The authors' validation is the training rollout at val_temperature: N_ret retriever samples, the vote,
+    N_gen generator samples; EX is the share of matching generator samples."""
+    run = fresh_run(template, tmp_path, f"v{n_ret}")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3, "grpo.val_retriever_samples": n_ret}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     asked, generate = [], trainer.engine.generate
 
@@ -187,7 +190,7 @@ def test_validation_averages_val_samples_generator_samples_per_question(template
     trainer.engine.generate = recording
     m = trainer.validate()
     n_val = len(trainer.val_tasks)
-    assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, 1), (n_val, 3)]  # retriever once, generator 3x
+    assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, n_ret), (n_val, 3)]  # retriever n_ret x, generator 3x
     assert 0.0 <= m["val/ex"] <= 100.0
     assert abs(m["val/ex"] * n_val * 3 / 100 - round(m["val/ex"] * n_val * 3 / 100)) < 1e-6
 

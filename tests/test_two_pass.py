@@ -35,7 +35,8 @@ def test_spec_builders_carry_each_stage_settings_and_seed_rule():
         g.n_retriever, g.n_generator, g.temperature, 0.8, g.max_response_tokens)
     assert s.seed == 11 * 100_003 + 2 * 101 + 1 and not s.enable_thinking
     s = SamplingSpec.validation(cfg)
-    assert (s.n_retriever, s.n_generator, s.temperature, s.top_p, s.seed) == (1, g.val_samples, 0.6, 0.8, 18)
+    assert (s.n_retriever, s.n_generator, s.temperature, s.top_p, s.seed) == (
+        g.val_retriever_samples, g.val_samples, 0.6, 0.8, 18)
     s = SamplingSpec.greedy(48, enable_thinking=False)
     assert (s.n_retriever, s.n_generator, s.temperature, s.seed, s.role_seed("generator")) == (1, 1, 0.0, None, None)
     with pytest.raises(ValueError, match="role"):
