@@ -376,7 +376,11 @@ class EvalConfig:
         EvalSet("spider_realistic", "spider", "data/spider_realistic/spider-realistic.json", "data/spider/tables.json",
                 "data/spider/database"),
     ])  # §5: Table 1 (BIRD dev, Spider dev/test) and Table 3 (Spider-DK/Syn/Realistic)
-    max_new_tokens: int = 2048  # §4.11 max response per role
+    # §5 silent; the authors' evaluation scripts (EVAL/single_eval_maj.py, EVAL/spider_config.py): 8,192 new SQL
+    # tokens, 4,096 retriever tokens, vLLM max_model_len 8,192 (training rollouts: 2,048 per role, 6,144)
+    max_new_tokens: int = 8192  # the generator (SQL) pass
+    retriever_max_new_tokens: int = 4096  # 0 = max_new_tokens
+    max_model_len: int = 8192  # the evaluation engine's context (prompt + output); engine.max_model_len is training's
     exec_timeout_s: float = 30.0
     max_examples: int = 0  # 0 = whole set
     workers: int = 0  # executor processes; 0 = number of CPU cores

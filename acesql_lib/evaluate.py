@@ -181,7 +181,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
         attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)  # cheap once attached
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
 
-    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking)
+    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens)
     # eval.retriever_parser / eval.generator_parser: the authors' EVAL rules or the kit's
     r_parse = lambda c, t: parse_retriever_eval(c.text, t.schema, truncated=c.truncated,  # noqa: E731
                                                 parser=cfg.eval.retriever_parser)
@@ -317,6 +317,11 @@ def _store(folder: Path, key_text: str, result: EvalResult) -> None:
     tmp.rename(folder)
 
 
+def eval_engine_config(cfg: Config) -> Any:
+    """The engine settings of evaluation: the training engine's, with the evaluation context (`eval.max_model_len`)."""
+    return dataclasses.replace(cfg.engine, max_model_len=cfg.eval.max_model_len)
+
+
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
                  progress: bool = True) -> EvalResult:
     """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.
@@ -345,7 +350,8 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     examples, schemas = load_eval_set(cfg, eval_set)
     model, tokenizer = load_policy(model_path, cfg.model.dtype, cfg.model.device)
     model.eval()
-    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    engine = make_engine(eval_engine_config(cfg), model, tokenizer, model_path=model_path, dtype=cfg.model.dtype,
+                         seed=cfg.seed)
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
         result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,

@@ -230,7 +230,7 @@ def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[s
                 43.0 * grpo_steps / 728 * g.batch_questions * (g.n_retriever + g.n_generator) * g.max_response_tokens
                 / (16 * 16 * 2048))),
         Row("stages", "evaluation", INFO, f"{n_eval} questions x 2 passes over {len(sizes)} set(s); "
-            + hours(n_eval * 2 * cfg.eval.max_new_tokens / rate)),
+            + hours(n_eval * ((cfg.eval.retriever_max_new_tokens or cfg.eval.max_new_tokens) + cfg.eval.max_new_tokens) / rate)),
     ]
 
 

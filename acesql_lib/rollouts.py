@@ -148,6 +148,11 @@ class SamplingSpec:
     max_new_tokens: int = 2048
     enable_thinking: bool = True
     seed: int | None = None
+    retriever_max_new_tokens: int = 0  # the retriever's own budget; 0 = max_new_tokens (training: 2,048 per role)
+
+    def max_tokens(self, role: str) -> int:
+        """New-token budget of `role`'s pass."""
+        return (self.retriever_max_new_tokens or self.max_new_tokens) if role == "retriever" else self.max_new_tokens
 
     def role_seed(self, role: str) -> int | None:
         if role not in ("retriever", "generator"):
@@ -177,9 +182,10 @@ class SamplingSpec:
                    cfg.engine.enable_thinking, g.seed + 7)
 
     @classmethod
-    def greedy(cls, max_new_tokens: int, enable_thinking: bool = True) -> "SamplingSpec":
-        """§5 evaluation: one greedy sample per role, unseeded."""
-        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None)
+    def greedy(cls, max_new_tokens: int, enable_thinking: bool = True, retriever_max_new_tokens: int = 0
+               ) -> "SamplingSpec":
+        """§5 evaluation: one greedy sample per role, unseeded; `max_new_tokens` is the SQL pass's budget."""
+        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens)
 
 
 RetrieverParser = Callable[[Completion, Task], Any]
@@ -204,7 +210,7 @@ def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role
     with phase("generation"):
         for start in tqdm(range(0, len(prompts), size), desc=desc, disable=not progress or not prompts, leave=False):
             out.extend(engine.generate(prompts[start:start + size], n=n, temperature=spec.temperature,
-                                       top_p=spec.top_p, max_new_tokens=spec.max_new_tokens, seed=spec.role_seed(role)))
+                                       top_p=spec.top_p, max_new_tokens=spec.max_tokens(role), seed=spec.role_seed(role)))
     return out
 
 

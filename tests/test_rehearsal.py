@@ -38,7 +38,7 @@ ALLOWED = [
     "grpo.batch_questions", "grpo.n_retriever", "grpo.n_generator", "grpo.max_steps", "grpo.epochs",
     "grpo.max_prompt_tokens", "grpo.max_response_tokens", "grpo.micro_batch_size", "grpo.val_every",
     "grpo.save_every", "grpo.accelerate_config", "grpo.val_samples", "grpo.val_retriever_samples",
-    "eval.max_examples", "eval.max_new_tokens", "eval.workers",
+    "eval.max_examples", "eval.max_new_tokens", "eval.retriever_max_new_tokens", "eval.max_model_len", "eval.workers",
     "eval.sets.*.path", "eval.sets.*.tables", "eval.sets.*.db_root",  # the data roots, substituted into the paths
 ]
 
