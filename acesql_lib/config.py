@@ -298,7 +298,7 @@ class GRPOConfig:
     weight_decay: float = 0.0  # §4.11
     epochs: int = 4  # §4.11: 4 epochs x 182 steps = 728
     max_steps: int = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
-    max_prompt_tokens: int = 4096  # §4.11
+    max_prompt_tokens: int = 4096  # §4.11; authors: longer retriever prompts are dropped, generator prompts keep their last 4,096 tokens; 0 = no limit
     max_response_tokens: int = 2048  # §4.11
     micro_batch_size: int = 8  # sequences per forward/backward pass (memory, not maths)
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
@@ -342,6 +342,7 @@ class GRPOConfig:
         _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
         _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
         _check(self.val_retriever_samples >= 1, "grpo.val_retriever_samples", "must be >= 1")
+        _check(self.max_prompt_tokens >= 0, "grpo.max_prompt_tokens", "must be >= 0 (0 = no limit)")
         _check(self.report_to in TRACKERS, "grpo.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")

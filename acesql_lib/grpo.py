@@ -25,6 +25,7 @@ import math
 import random
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -641,6 +642,22 @@ def retire_stale_run(out: Path, settings: dict[str, Any]) -> Path | None:
     return moved
 
 
+def _without_overlong(tasks: list[Task], tokenizer: Any, cfg: Config, name: str) -> list[Task]:
+    """The authors' loader drops questions whose retriever prompt exceeds the prompt limit; say how many."""
+    from .rollouts import drop_overlong
+
+    kept, dropped = drop_overlong(tasks, tokenizer, cfg.grpo.max_prompt_tokens, cfg.model.prompt_style,
+                                  cfg.engine.enable_thinking)
+    if dropped:
+        warnings.warn(f"{len(dropped)} of {len(tasks)} {name} questions dropped: retriever prompt over "
+                      f"grpo.max_prompt_tokens = {cfg.grpo.max_prompt_tokens} tokens (ids {[t.qid for t in dropped][:5]}"
+                      f"{' ...' if len(dropped) > 5 else ''})", stacklevel=2)
+    if name == "RL" and not kept:
+        raise ValueError(f"every RL question's retriever prompt is over grpo.max_prompt_tokens = "
+                         f"{cfg.grpo.max_prompt_tokens} tokens; raise it")
+    return kept
+
+
 def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
                   progress: bool = True) -> JointGRPO:
     """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
@@ -664,6 +681,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
     reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)
+    tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
     style = cfg.model.prompt_style  # the one place a prompt style is read

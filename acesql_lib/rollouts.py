@@ -99,6 +99,33 @@ def generator_prompt(task: Task, selected: frozenset[str], tokenizer: Any, style
                   enable_thinking)
 
 
+def prompt_tokens(text: str, tokenizer: Any) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def keep_last_tokens(prompt: str, tokenizer: Any, limit: int) -> str:
+    """A generator prompt over `limit` tokens keeps its last `limit` (the authors left-truncate generator
+    prompts to `serl.gen_max_prompt_length` 4,096, RL/trainer/two_pass_ray_trainer.py); 0 = no limit.
+    The kept tokens are decoded back to text, which the engine tokenises again."""
+    if limit <= 0:
+        return prompt
+    ids = prompt_tokens(prompt, tokenizer)
+    return prompt if len(ids) <= limit else tokenizer.decode(ids[-limit:])
+
+
+def drop_overlong(tasks: Sequence[Task], tokenizer: Any, limit: int, style: str = "paper",
+                  enable_thinking: bool = True) -> tuple[list[Task], list[Task]]:
+    """(kept, dropped): questions whose retriever prompt is over `limit` tokens are dropped, as the
+    authors' loader does (verl `filter_overlong_prompts` at `data.max_prompt_length` 4,096); 0 keeps all."""
+    if limit <= 0:
+        return list(tasks), []
+    kept, dropped = [], []
+    for t in tasks:
+        n = len(prompt_tokens(retriever_prompt(t, tokenizer, style, enable_thinking), tokenizer))
+        (kept if n <= limit else dropped).append(t)
+    return kept, dropped
+
+
 def vote(sets: Sequence[frozenset[str]], threshold: float = 0.5, mode: str = "majority") -> frozenset[str]:
     """§4 step 2: keep a column listed by at least ceil(threshold * N) samples; "union" keeps any."""
     if not sets:
@@ -149,6 +176,7 @@ class SamplingSpec:
     enable_thinking: bool = True
     seed: int | None = None
     retriever_max_new_tokens: int = 0  # the retriever's own budget; 0 = max_new_tokens (training: 2,048 per role)
+    max_prompt_tokens: int = 0  # generator prompts longer than this keep their last tokens (authors); 0 = no limit
 
     def max_tokens(self, role: str) -> int:
         """New-token budget of `role`'s pass."""
@@ -171,7 +199,7 @@ class SamplingSpec:
         """§4 steps 1-3: `grpo.*` sample counts and sampling, one seed per (step, rank)."""
         g = cfg.grpo
         return cls(g.n_retriever, g.n_generator, g.temperature, g.top_p, g.max_response_tokens,
-                   cfg.engine.enable_thinking, g.seed * 100_003 + step * 101 + rank)
+                   cfg.engine.enable_thinking, g.seed * 100_003 + step * 101 + rank, max_prompt_tokens=g.max_prompt_tokens)
 
     @classmethod
     def validation(cls, cfg: Any) -> "SamplingSpec":
@@ -179,7 +207,7 @@ class SamplingSpec:
         generator samples at `val_temperature` (the authors: 8 x 8, the training rollout without pool updates)."""
         g = cfg.grpo
         return cls(g.val_retriever_samples, g.val_samples, g.val_temperature, g.top_p, g.max_response_tokens,
-                   cfg.engine.enable_thinking, g.seed + 7)
+                   cfg.engine.enable_thinking, g.seed + 7, max_prompt_tokens=g.max_prompt_tokens)
 
     @classmethod
     def greedy(cls, max_new_tokens: int, enable_thinking: bool = True, retriever_max_new_tokens: int = 0
@@ -256,7 +284,8 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
     if any(len(cs) not in (1, n) for cs in column_sets):
         raise ValueError(f"generate: each question needs 1 or n_generator={n} column sets")
     shared = all(len(cs) == 1 for cs in column_sets)
-    prompts = [[generator_prompt(t, s, tokenizer, style, spec.enable_thinking) for s in cs]
+    prompts = [[keep_last_tokens(generator_prompt(t, s, tokenizer, style, spec.enable_thinking), tokenizer,
+                                 spec.max_prompt_tokens) for s in cs]
                for t, cs in zip(tasks, column_sets)]
     if shared:
         out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", chunk, desc, progress)

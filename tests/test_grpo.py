@@ -2,6 +2,7 @@
 non-finite loss, and the 2-process (gloo) update equal to the single-process one."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -403,6 +404,37 @@ def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes
     sft = AutoModelForCausalLM.from_pretrained(ctx.paths.sft_model)
     moved = [n for n, p in merged.named_parameters() if not torch.equal(p, dict(sft.named_parameters())[n])]
     assert moved  # the adapters' update is in the merged weights
+
+
+def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their_last_tokens(template, tmp_path):
+    """The authors' limits at grpo.max_prompt_tokens: a question whose retriever prompt is longer is dropped
+    (verl's filter_overlong_prompts), a longer generator prompt keeps its last tokens (left truncation)."""
+    from acesql_lib.rollouts import generator_prompt, keep_last_tokens, prompt_tokens, retriever_prompt
+
+    run = fresh_run(template, tmp_path, "long")
+    plain = RunContext.create("tiny", rl_overrides(run))
+    base = build_trainer(plain.cfg, plain.paths, progress=False)
+    tok, style = base.tokenizer, base.style
+    lengths = sorted(len(prompt_tokens(retriever_prompt(t, tok, style), tok)) for t in base.tasks)
+    limit = lengths[len(lengths) // 2]  # about half the questions are longer
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_prompt_tokens": limit, "grpo.max_steps": 1}))
+    with pytest.warns(UserWarning, match="questions dropped: retriever prompt over grpo.max_prompt_tokens"):
+        trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert len(trainer.tasks) == sum(n <= limit for n in lengths) < len(base.tasks)
+    assert all(len(prompt_tokens(retriever_prompt(t, tok, style), tok)) <= limit for t in trainer.tasks)
+    # generator prompts: a limit below their length keeps the tail, decoded from the last `limit` tokens
+    task = trainer.tasks[0]
+    full = generator_prompt(task, task.gold_columns or frozenset(), tok, style)
+    short = keep_last_tokens(full, tok, 16)
+    assert short == tok.decode(prompt_tokens(full, tok)[-16:]) and full.endswith(short) and short != full
+    assert keep_last_tokens(full, tok, 0) == full and keep_last_tokens(full, tok, 10_000) == full
+    trainer.g = dataclasses.replace(trainer.g, max_prompt_tokens=16)
+    trainer.cfg = dataclasses.replace(trainer.cfg, grpo=trainer.g)
+    rolls = trainer.collect()
+    for r in rolls:
+        whole = generator_prompt(r.task, r.selected, tok, style)
+        assert all(p == keep_last_tokens(whole, tok, 16) and whole.endswith(p) and p != whole
+                   for p in r.generator.prompts)
 
 
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
