@@ -300,7 +300,12 @@ class GRPOConfig:
     max_steps: int = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
     max_prompt_tokens: int = 4096  # §4.11; authors: longer retriever prompts are dropped, generator prompts keep their last 4,096 tokens; 0 = no limit
     max_response_tokens: int = 2048  # §4.11
-    micro_batch_size: int = 8  # sequences per forward/backward pass (memory, not maths)
+    # §4 step 8 "token-mean"; authors (verl dynamic batching, ppo_max_token_len_per_gpu 12,000): a token mean per
+    # micro-batch of about `micro_batch_tokens` tokens, weighted by its share of sequences. "global_token_mean" (kit):
+    # one token mean over the role's tokens on all ranks, in chunks of `micro_batch_size` sequences
+    loss_agg: str = "micro_token_mean"
+    micro_batch_tokens: int = 12000  # prompt + completion tokens per micro-batch ("micro_token_mean")
+    micro_batch_size: int = 8  # sequences per forward/backward pass ("global_token_mean"; memory, not maths)
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
@@ -343,6 +348,9 @@ class GRPOConfig:
         _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
         _check(self.val_retriever_samples >= 1, "grpo.val_retriever_samples", "must be >= 1")
         _check(self.max_prompt_tokens >= 0, "grpo.max_prompt_tokens", "must be >= 0 (0 = no limit)")
+        _check(self.loss_agg in ("micro_token_mean", "global_token_mean"), "grpo.loss_agg",
+               "must be micro_token_mean (authors) or global_token_mean")
+        _check(self.micro_batch_tokens >= 1, "grpo.micro_batch_tokens", "must be >= 1")
         _check(self.report_to in TRACKERS, "grpo.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")

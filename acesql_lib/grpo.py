@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from . import checkpoint as ckpt
 from .config import Config, GRPOConfig
 from .executor import VALID_STATUSES
+from .microbatches import balanced_partitions, micro_batch_count
 from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
@@ -356,32 +357,48 @@ class JointGRPO:
                 advs.append(float(adv[i, j]))
         return RoleBatch(prompts, comps, torch.tensor(advs))
 
+    def _micro_batches(self, batch: RoleBatch) -> list[tuple[list[int], float, int]]:
+        """(sequence indices, numerator, denominator) of each micro-batch of this rank's share of a role:
+        each of its tokens weighs numerator / denominator in the role's loss.
+
+        "global_token_mean": chunks of `micro_batch_size` sequences, every token weighted 1 / (the role's
+        token count over all ranks), times the rank count that DDP's gradient average divides away.
+        "micro_token_mean" (the authors' verl actor): k = ceil(tokens / `micro_batch_tokens`) micro-batches
+        (the largest k of any rank) balanced by length, each a token mean weighted by its share of the
+        rank's sequences; DDP's average over ranks is the authors' FSDP average."""
+        g, n = self.g, len(batch.prompt_ids)
+        if g.loss_agg == "global_token_mean":
+            total_tokens = max(_sum_over_ranks(self.acc, batch.n_tokens), 1)
+            return [(list(range(s, min(s + g.micro_batch_size, n))), self.acc.num_processes, total_tokens)
+                    for s in range(0, n, g.micro_batch_size)]
+        lengths = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+        k = min(n, max(_gather_objects(self.acc, [micro_batch_count(lengths, g.micro_batch_tokens)])))
+        parts = balanced_partitions(lengths, k)
+        return [(part, len(part) / n, max(sum(len(batch.completion_ids[i]) for i in part), 1)) for part in parts]
+
     def _backward(self, batch: RoleBatch, weight: float) -> dict[str, float]:
-        """Token-mean loss over the role's GLOBAL token count, accumulated over micro-batches."""
+        """The role's loss (`grpo.loss_agg`), accumulated over micro-batches; one gradient sync at the end."""
         g, dev = self.g, self.acc.device
-        total_tokens = _sum_over_ranks(self.acc, batch.n_tokens)
-        scale = weight * self.acc.num_processes / max(total_tokens, 1)  # DDP averages ranks: undo it
         sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
-        n, mb = len(batch.prompt_ids), g.micro_batch_size
-        starts = list(range(0, n, mb))
-        for k, s in enumerate(starts):
-            sl = slice(s, s + mb)
-            ids, attn, pos, cmask, c_len = _pad_batch(batch.prompt_ids[sl], batch.completion_ids[sl],
+        micro = self._micro_batches(batch)
+        for k, (rows, numer, denom) in enumerate(micro):
+            ids, attn, pos, cmask, c_len = _pad_batch([batch.prompt_ids[i] for i in rows],
+                                                      [batch.completion_ids[i] for i in rows],
                                                       self.tokenizer.pad_token_id, dev)
-            with self.acc.no_sync(self.model) if k < len(starts) - 1 else _nullcontext():
+            with self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext():
                 logp = completion_logprobs(self.model, ids, attn, pos, c_len)
                 with torch.no_grad():
                     ref_logp = (completion_logprobs(self.reference, ids, attn, pos, c_len)
                                 if self.reference is not None and g.kl_coef > 0 else logp.detach())
-                adv = batch.advantages[sl].to(dev).unsqueeze(1)
+                adv = batch.advantages[rows].to(dev).unsqueeze(1)
                 tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,
                                                        g.kl_coef, g.kl_clamp)
                 loss = (tok_loss * cmask).sum()
                 if weight > 0:
-                    self.acc.backward(loss * scale)
-            sums["loss"] += float(loss.detach()) / max(total_tokens, 1) * self.acc.num_processes
-            sums["kl"] += float((kl.detach() * cmask).sum()) / max(total_tokens, 1) * self.acc.num_processes
-            sums["clipped"] += float((clipped * cmask).sum()) / max(total_tokens, 1) * self.acc.num_processes
+                    self.acc.backward(loss * (weight * numer / denom))
+            sums["loss"] += float(loss.detach()) / denom * numer
+            sums["kl"] += float((kl.detach() * cmask).sum()) / denom * numer
+            sums["clipped"] += float((clipped * cmask).sum()) / denom * numer
         return sums
 
     def _sharded(self) -> bool:

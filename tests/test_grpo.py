@@ -437,6 +437,54 @@ def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their
                    for p in r.generator.prompts)
 
 
+def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_its_sequences(template, tmp_path):
+    """grpo.loss_agg micro_token_mean: the gradient of one role equals that of sum over micro-batches of
+    (sequences in it / sequences) x (its token mean), the micro-batches being verl's length-balanced split
+    of ceil(tokens / micro_batch_tokens); it differs from the global token mean's gradient."""
+    from acesql_lib.grpo import _pad_batch, completion_logprobs, ppo_token_loss
+    from acesql_lib.microbatches import balanced_partitions, micro_batch_count
+
+    run = fresh_run(template, tmp_path, "agg")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.loss_agg": "micro_token_mean",
+                                                         "grpo.kl_coef": 0.0}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    rolls = trainer.collect()
+    gen = torch.Generator().manual_seed(3)
+    adv = torch.randn(len(rolls), trainer.g.n_generator, generator=gen)
+    batch = trainer._role_batch(rolls, "generator", adv)
+    lengths = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
+    budget = sum(lengths) // 3 + 1  # three micro-batches
+    trainer.g = dataclasses.replace(trainer.g, micro_batch_tokens=budget)
+    trainer.model.train()
+
+    def grads_after(fn):
+        trainer.optimizer.zero_grad(set_to_none=True)
+        fn()
+        return [p.grad.detach().clone() for p in trainer.params]
+
+    ours = grads_after(lambda: trainer._backward(batch, weight=1.0))
+    n = len(lengths)
+    parts = balanced_partitions(lengths, micro_batch_count(lengths, budget))
+    assert len(parts) == 3
+
+    def by_hand():
+        for part in parts:
+            tokens = sum(len(batch.completion_ids[i]) for i in part)
+            for i in part:  # one sequence at a time: no padding, the per-token weight written out
+                ids, attn, pos, cmask, c_len = _pad_batch([batch.prompt_ids[i]], [batch.completion_ids[i]],
+                                                          trainer.tokenizer.pad_token_id, trainer.acc.device)
+                logp = completion_logprobs(trainer.model, ids, attn, pos, c_len)
+                tok, _, _ = ppo_token_loss(logp, logp.detach(), logp.detach(), batch.advantages[i].view(1, 1),
+                                           kl_coef=0.0)
+                ((tok * cmask).sum() * (len(part) / n) / tokens).backward()
+
+    expected = grads_after(by_hand)
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(ours, expected))
+    trainer.g = dataclasses.replace(trainer.g, loss_agg="global_token_mean")
+    global_mean = grads_after(lambda: trainer._backward(batch, weight=1.0))
+    assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(global_mean, expected))
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts
