@@ -1,9 +1,11 @@
 """One untrusted SQL statement on a read-only SQLite file, in THIS process, with every bound SQLite
 itself can enforce.
 
-The database opens read-only (`mode=ro`, `query_only`), an authorizer allows reads and an allowlist
-of documented SQL functions only, maintenance statements (REINDEX, ANALYZE, VACUUM...) are refused
-by name before SQLite sees them (an authorizer is not asked about a REINDEX with nothing to reindex),
+The database opens read-only (`mode=ro`, `query_only`, a private cache), an authorizer allows reads
+of the database's own tables and an allowlist of documented SQL functions only, every statement kind
+that is not a read (REINDEX, ANALYZE, VACUUM, ATTACH, writes, pragmas other than the schema ones...)
+is refused by its parsed kind before SQLite sees it (an authorizer is not asked about a REINDEX with
+nothing to reindex), a gold and the predictions scored against it never share a connection,
 one statement per call, a deadline inside SQLite's VM (progress handler), limits on SQL length,
 expression depth, compound selects, program size and value length, a heap limit with temporary
 tables kept in that heap (`temp_store=MEMORY`, so a huge sort cannot fill the disk), and caps on
@@ -39,7 +41,7 @@ HARD_HEAP_BYTES = 512 << 20  # PRAGMA hard_heap_limit (SQLite's own memory, temp
 DEFAULT_RESULT_BYTES = 256_000_000  # UNKNOWN (kit): result-size cap, counted per row
 DEFAULT_MAX_ROWS = 100_000  # UNKNOWN (kit): result-row cap (0 = none; the BIRD command uses none)
 PROGRESS_STEPS = 5000  # VM instructions between two deadline checks (well under 1 ms apart)
-CACHE_SIZE = 32  # cached connections per process
+CACHE_SIZE = 64  # cached connections per process (a gold and a prediction connection per database)
 
 # Authorizer action codes (sqlite3.h) -> names, for the "blocked" message.
 _ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CREATE TEMP TABLE",
@@ -50,12 +52,19 @@ _ACTIONS = {1: "CREATE INDEX", 2: "CREATE TABLE", 3: "CREATE TEMP INDEX", 4: "CR
             24: "ATTACH", 25: "DETACH", 26: "ALTER TABLE", 27: "REINDEX", 28: "ANALYZE",
             29: "CREATE VTABLE", 30: "DROP VTABLE", 31: "FUNCTION", 32: "SAVEPOINT", 33: "RECURSIVE"}
 _READ_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_RECURSIVE})
+_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
+# What a READ may name: the tables and views of the database's own schema (sqlite_master's rows,
+# sqlite_sequence and sqlite_stat* included: they are rows of the file, the same for every
+# connection), sqlite_master itself, and these eponymous virtual tables, which compute from their
+# arguments only. Everything else is refused, whatever this SQLite build compiles in: eponymous
+# tables that reveal this connection's or this process's state (sqlite_stmt lists the prepared
+# statements, dbstat and sqlite_dbpage the raw pages, pragma_* tables other than the schema reads
+# below), the temp schema (sqlite_temp_master, temp.*), and any the build adds later.
 _READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "table_list", "index_list", "index_info",
                            "index_xinfo", "foreign_key_list", "database_list", "collation_list"})
-_SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
-# Tables that are not part of the database's schema but reveal this connection's state (sqlite_stmt
-# lists its prepared statements, the gold's included) or raw pages; a READ of any is denied, and so
-# is any read in the temp schema. PRAGMA table-valued functions go through the PRAGMA allowlist.
+_HARMLESS_EPONYMOUS = frozenset({"json_each", "json_tree"} | {f"pragma_{p}" for p in _READ_PRAGMAS})
+_ALWAYS_READABLE = frozenset({"sqlite_master", "sqlite_schema"}) | _HARMLESS_EPONYMOUS
+# Named in messages (and kept for callers): connection-state tables this build may hold.
 _HIDDEN_TABLES = frozenset({"sqlite_stmt", "sqlite_dbpage", "sqlite_dbdata", "sqlite_dbptr", "dbstat",
                             "sqlite_temp_master", "sqlite_temp_schema"})
 
@@ -79,13 +88,16 @@ acos acosh asin asinh atan atan2 atanh ceil ceiling cos cosh degrees exp floor l
 pi pow power radians sin sinh sqrt tan tanh trunc
 """.split())
 
-# Statements that never read and that the authorizer is not always asked about (REINDEX and
-# ANALYZE are authorized per index/table, so on a database without one nothing would be asked):
-# refused by their first keyword, whatever the database holds. Writes (INSERT, UPDATE, DELETE,
-# CREATE, DROP, ALTER, ATTACH) always reach the authorizer, which names what they touch.
+# Every statement kind of SQLite's grammar (lang.html) that is not a read, refused by its parsed
+# kind (statement_kind: past semicolons, comments, byte-order marks and whitespace of every kind,
+# through WITH to the main statement and through EXPLAIN to the explained one) before SQLite sees
+# it, whatever the database holds: REINDEX and ANALYZE are authorized per index or table, so on a
+# database without one the authorizer would not be asked at all. Writes reach the authorizer too.
 _STATEMENT_NEEDS = {"REINDEX": "REINDEX", "ANALYZE": "ANALYZE", "VACUUM": "VACUUM (a maintenance write)",
                     "BEGIN": "TRANSACTION", "COMMIT": "TRANSACTION", "END": "TRANSACTION",
-                    "ROLLBACK": "TRANSACTION", "SAVEPOINT": "SAVEPOINT", "RELEASE": "SAVEPOINT", "DETACH": "DETACH"}
+                    "ROLLBACK": "TRANSACTION", "SAVEPOINT": "SAVEPOINT", "RELEASE": "SAVEPOINT", "DETACH": "DETACH",
+                    "ATTACH": "ATTACH", "INSERT": "INSERT", "REPLACE": "INSERT", "UPDATE": "UPDATE",
+                    "DELETE": "DELETE", "CREATE": "CREATE", "DROP": "DROP", "ALTER": "ALTER TABLE"}
 _WRITES = ("may not be modified", "attempt to write a readonly database")  # caught below the authorizer
 _DECODE_REPLACE = functools.partial(str, encoding="utf-8", errors="replace")  # invalid UTF-8 -> U+FFFD
 _CORRUPT = ("file is not a database", "database disk image is malformed", "unable to open database")
@@ -103,14 +115,21 @@ class ExecResult:
 class _Guard:
     """Per-connection state the authorizer writes to (no reference back to the connection)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tables: frozenset[str] = frozenset(), modules: frozenset[str] = frozenset()) -> None:
         self.denied = ""
         self.lock = threading.Lock()
+        self.readable = _ALWAYS_READABLE | tables  # lower-cased names a READ may touch
+        self.foreign = (modules | _HIDDEN_TABLES) - self.readable  # virtual-table modules of this build
 
     def authorize(self, action: int, arg1, arg2, db, _source) -> int:
-        if action == sqlite3.SQLITE_READ and ((arg1 or "").lower() in _HIDDEN_TABLES or db == "temp"):
-            self.denied = f"READ {arg1} (connection state, not the database's schema)"
-            return sqlite3.SQLITE_DENY
+        if action == sqlite3.SQLITE_READ:
+            name = (arg1 or "").lower()
+            # db is "main" for the database's tables and eponymous virtual tables, "temp" for the
+            # temp schema, None for a CTE's reference to itself and for count(*) of a whole table
+            if name not in self.readable and (db is not None or name in self.foreign
+                                              or name.startswith(("pragma_", "sqlite_"))) or db == "temp":
+                self.denied = f"READ {arg1} (not a table of the database's schema: connection state or an internal table)"
+                return sqlite3.SQLITE_DENY
         if action in _READ_ACTIONS:
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
@@ -130,6 +149,18 @@ class _Guard:
         return sqlite3.SQLITE_DENY
 
 
+@functools.lru_cache(maxsize=1)
+def _module_names() -> frozenset[str]:
+    """The virtual-table modules this SQLite build registers (eponymous ones can be read by name)."""
+    con = sqlite3.connect(":memory:")
+    try:
+        return frozenset(n.lower() for (n,) in con.execute("SELECT name FROM pragma_module_list"))
+    except sqlite3.Error:  # a build without the introspection pragmas
+        return frozenset()
+    finally:
+        con.close()
+
+
 class SandboxConnection(sqlite3.Connection):
     guard: _Guard
 
@@ -139,7 +170,11 @@ class DatabaseOpenError(RuntimeError):
 
 
 def open_readonly(db_path: str | Path) -> SandboxConnection:
-    """Open `db_path` read-only with every limit installed; never creates a file (mode=ro).
+    """Open `db_path` read-only with every limit installed; never creates a file (mode=ro), and
+    never shares a page cache with another connection (cache=private).
+
+    The tables a statement may read are the schema's as of this call (`cached_connection` opens a
+    fresh connection when the file changes on disk).
 
     `PRAGMA hard_heap_limit` is process-wide (all SQLite connections in this process share it), so
     it is only ever lowered to HARD_HEAP_BYTES, never raised, and set before the authorizer (which
@@ -149,7 +184,7 @@ def open_readonly(db_path: str | Path) -> SandboxConnection:
     if not path.is_file():
         raise DatabaseOpenError(f"database not found: {path}")
     try:
-        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None,
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro&cache=private", uri=True, isolation_level=None,
                                check_same_thread=False, factory=SandboxConnection)
     except sqlite3.Error as e:
         raise DatabaseOpenError(f"cannot open database {path}: {e}") from e
@@ -170,24 +205,32 @@ def open_readonly(db_path: str | Path) -> SandboxConnection:
         conn.execute("PRAGMA temp_store=MEMORY")  # sorts and temp b-trees stay under the heap limit, off the disk
         conn.execute("PRAGMA trusted_schema=OFF")
         conn.execute("PRAGMA query_only=1")
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # fails now on a corrupt file
+        tables = frozenset(name.lower() for (name,) in conn.execute(  # fails now on a corrupt file
+            "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')") if isinstance(name, str))
     except sqlite3.Error as e:
         conn.close()
         raise DatabaseOpenError(f"cannot read database {path}: {e}") from e
-    conn.guard = _Guard()
+    conn.guard = _Guard(tables, _module_names())
     conn.set_authorizer(conn.guard.authorize)
     return conn
 
 
-_CACHE: OrderedDict[str, tuple[tuple, SandboxConnection]] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, str], tuple[tuple, SandboxConnection]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+ROLES = ("pred", "gold")  # the gold never shares a connection (statements, page cache, state) with a prediction
 
 
-def cached_connection(db_path: str | Path) -> SandboxConnection:
-    """LRU of read-only connections keyed by path; a file changed on disk gets a fresh one."""
-    key = os.path.abspath(db_path)
+def cached_connection(db_path: str | Path, role: str = "pred") -> SandboxConnection:
+    """LRU of read-only connections keyed by path and role; a file changed on disk gets a fresh one.
+
+    A gold runs on the "gold" connection and predictions on the "pred" one, so nothing a prediction
+    can read through its connection (prepared statements, cached pages, connection state) comes
+    from a gold."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    key = (os.path.abspath(db_path), role)
     try:
-        st = os.stat(key)
+        st = os.stat(key[0])
     except OSError:
         raise DatabaseOpenError(f"database not found: {db_path}") from None
     signature = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -208,9 +251,10 @@ def cached_connection(db_path: str | Path) -> SandboxConnection:
 
 def _evict(db_path: str | Path) -> None:
     with _CACHE_LOCK:
-        hit = _CACHE.pop(os.path.abspath(db_path), None)
-    if hit is not None:
-        hit[1].close()
+        hits = [_CACHE.pop((os.path.abspath(db_path), role), None) for role in ROLES]
+    for hit in hits:
+        if hit is not None:
+            hit[1].close()
 
 
 _TOKEN = re.compile(r"""'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`[^`]*(?:`|\Z)|\[[^\]]*(?:\]|\Z)"""
@@ -232,14 +276,69 @@ def count_statements(sql: str) -> int:
     return count + has_content
 
 
+# Characters SQLite never reads as part of a keyword and that the check steps over: whitespace of
+# every kind (str.isspace: ASCII, NBSP, U+2000-U+200A, U+2028/9, U+3000...) and invisible format
+# characters (byte-order mark, zero-width space/joiners, word joiner, bidi marks, soft hyphen).
+_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+_KIND_TOKEN = re.compile(r"""(?P<skip>--[^\n]*|/\*.*?(?:\*/|\Z)|[;\s""" + _INVISIBLE + r"""]+)"""
+                         r"""|'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`[^`]*(?:`|\Z)|\[[^\]]*(?:\]|\Z)"""
+                         r"""|[A-Za-z_][A-Za-z0-9_$]*|.""", re.DOTALL)
+
+
+def _significant(sql: str):
+    """Tokens past whitespace of every kind, invisible characters, comments and semicolons."""
+    for m in _KIND_TOKEN.finditer(sql):
+        if m.lastgroup != "skip":
+            yield m.group()
+
+
+def statement_kind(sql: str) -> tuple[str, str]:
+    """(kind, detail) of the statement SQLite would run, read from its tokens rather than its first
+    characters: leading semicolons, comments, byte-order marks and whitespace of every kind are
+    skipped, `WITH ...` is the kind of its main statement (the first word after a CTE's closing
+    body's closing parenthesis), `EXPLAIN [QUERY PLAN] x` the kind of x, `PRAGMA [schema.]name` has the name as
+    detail. kind is the upper-cased keyword ("" when the SQL has no word: SQLite reports why)."""
+    toks = _significant(sql)
+    word = next(toks, "").upper()
+    while word == "EXPLAIN":
+        word = next(toks, "").upper()
+        if word == "QUERY":
+            next(toks, "")  # PLAN
+            word = next(toks, "").upper()
+    if word == "WITH":
+        depth, after_body = 0, False
+        for tok in toks:
+            if tok == "(":
+                depth += 1
+            elif tok == ")":
+                depth -= 1
+                after_body = depth == 0
+                continue
+            elif depth == 0 and after_body and tok != "," and tok.upper() != "AS":  # AS: after a column list
+                return tok.upper()[:40], ""
+            after_body = False
+        return "WITH", ""
+    if word == "PRAGMA":
+        name = next(toks, "")
+        if next(toks, "") == ".":
+            name = next(toks, "")
+        return word, name.strip('"`[]').lower()[:60]
+    return word[:40], ""
+
+
 def first_word(sql: str) -> str:
-    """The statement's first keyword, upper-cased, past whitespace, comments, byte-order marks and
-    empty statements (`;REINDEX` is a REINDEX, so it must not pass as a word named ';')."""
-    for m in _TOKEN.finditer(sql.replace("\ufeff", " ")):
-        tok = m.group()
-        if not (tok[0].isspace() or tok == ";" or tok.startswith("--") or tok.startswith("/*")):
-            return tok.upper()[:40]
-    return ""
+    """The statement's kind (`statement_kind`), kept under its old name for callers and messages."""
+    return statement_kind(sql)[0]
+
+
+def _refusal(sql: str) -> str | None:
+    """Why the parsed statement is not a read the sandbox runs, or None."""
+    kind, detail = statement_kind(sql)
+    if kind in _STATEMENT_NEEDS:
+        return f"{kind} statement needs {_STATEMENT_NEEDS[kind]}"
+    if kind == "PRAGMA" and detail not in _READ_PRAGMAS:
+        return f"PRAGMA statement needs PRAGMA {detail} (the schema pragmas are the only ones read here)"
+    return None
 
 
 def check_sql(sql: object) -> tuple[str, str] | None:
@@ -255,10 +354,10 @@ def check_sql(sql: object) -> tuple[str, str] | None:
         return "error", "empty SQL"
     if n > 1:
         return "blocked", f"blocked: {n} statements; only one statement per call is allowed"
-    word = first_word(sql)
-    if word in _STATEMENT_NEEDS:
-        return "blocked", (f"blocked: {word} statement needs {_STATEMENT_NEEDS[word]}, which the read-only "
-                           "sandbox does not allow (maintenance and transaction statements never run)")
+    why = _refusal(sql)
+    if why:
+        head = " ".join(sql.split())[:80]
+        return "blocked", f"blocked: {why}, which the read-only sandbox does not allow (only reads run): {head}"
     return None
 
 
@@ -294,13 +393,14 @@ def _fetch(conn: SandboxConnection, sql: str, max_rows: int, max_result_bytes: i
 
 def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
                  max_result_bytes: int = DEFAULT_RESULT_BYTES, conn: SandboxConnection | None = None,
-                 deadline: float | None = None) -> ExecResult:
+                 deadline: float | None = None, role: str = "pred") -> ExecResult:
     """Run one untrusted SQL statement on `db_path` (read-only) in this process and never raise.
 
     status: ok | error | timeout (deadline hit inside SQLite's VM, the query is stopped) | too_large
     (row, byte, string/blob or heap cap) | blocked (a write, schema change, maintenance statement,
     ATTACH, PRAGMA, a function off the allowlist, or several statements). `deadline` (monotonic
     clock) overrides start + timeout_s, so phases before this one (a shape probe) share one budget.
+    `role` picks the cached connection ("gold" for a gold, so no prediction shares its connection).
     Compilation and single long function calls are NOT bounded here: see the module docstring.
     """
     start = time.monotonic()
@@ -312,7 +412,7 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     if problem:
         return done(*problem)
     try:
-        conn = conn if conn is not None else cached_connection(db_path)
+        conn = conn if conn is not None else cached_connection(db_path, role)
     except DatabaseOpenError as e:
         return done("error", str(e))
     deadline = start + timeout_s if deadline is None else deadline

@@ -1,8 +1,9 @@
 """What a worker runs: one (db, gold) group of predictions, or one statement whose rows come back,
-each SQL phase (shape probe + execution) under one deadline published through `_Clock` so the
-parent can stop a worker that overruns it (workers.py)."""
+each SQL phase (a gold's execution; a prediction's shape probe, execution and comparison) under one
+deadline published through `_Clock`, so the parent can stop a worker that overruns it (workers.py)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -10,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from .compare import rows_match
+from .compare import ComparisonTimeout, rows_match
 from .sandbox import DEFAULT_RESULT_BYTES, ExecResult, execute_here, result_width
 
 HARD_FACTOR = 1.1  # a worker still inside one SQL phase at 1.1 x its deadline (+ margin) is killed
@@ -79,21 +80,28 @@ _GOLD_CACHE_SIZE, _GOLD_CACHE_MAX_ROWS = 256, 20_000
 _NONDETERMINISTIC = re.compile(r"random|changes\s*\(|last_insert_rowid|'now'", re.IGNORECASE)
 
 
-def _timed_execute(task: _Task, sql: str, clock: _Clock, probe_width: int | None = None) -> ExecResult:
-    """One SQL phase under one deadline: the optional shape probe (a compile) and the execution."""
+def _execute(task: _Task, sql: str, deadline: float, probe_width: int | None = None, role: str = "pred") -> ExecResult:
+    """The optional shape probe (a compile) and the execution, both before `deadline`."""
+    if probe_width is not None:
+        got = result_width(task.db_path, sql)
+        if got is not None and got != probe_width:
+            return ExecResult("wrong_shape", error=f"returns {got} column(s), the gold's rows have {probe_width}: "
+                                                   "cannot match, so it was compiled but not run")
+    return execute_here(task.db_path, sql, task.timeout_s, task.max_rows, task.max_result_bytes, deadline=deadline,
+                        role=role)
+
+
+def _timed_execute(task: _Task, sql: str, clock: _Clock, role: str = "pred") -> ExecResult:
+    """One SQL phase (an execution) under one deadline."""
     deadline = clock.begin(task.timeout_s)
     try:
-        if probe_width is not None:
-            got = result_width(task.db_path, sql)
-            if got is not None and got != probe_width:
-                return ExecResult("wrong_shape", error=f"returns {got} column(s), the gold's rows have {probe_width}: "
-                                                       "cannot match, so it was compiled but not run")
-        return execute_here(task.db_path, sql, task.timeout_s, task.max_rows, task.max_result_bytes, deadline=deadline)
+        return _execute(task, sql, deadline, role=role)
     finally:
         clock.end()
 
 
 def _gold_result(task: _Task, clock: _Clock) -> ExecResult:
+    """The gold's result, run on the gold's own connection (role "gold"), never a prediction's."""
     try:
         st = os.stat(task.db_path)
         key = (os.path.abspath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.max_rows,
@@ -103,7 +111,7 @@ def _gold_result(task: _Task, clock: _Clock) -> ExecResult:
     if key is not None and key in _GOLD_CACHE:
         _GOLD_CACHE.move_to_end(key)
         return _GOLD_CACHE[key]
-    result = _timed_execute(task, task.gold_sql, clock)
+    result = _timed_execute(task, task.gold_sql, clock, role="gold")
     if key is not None and result.status == "ok" and len(result.rows) <= _GOLD_CACHE_MAX_ROWS:
         _GOLD_CACHE[key] = result
         while len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
@@ -111,14 +119,41 @@ def _gold_result(task: _Task, clock: _Clock) -> ExecResult:
     return result
 
 
+def _verdict(task: _Task, sql, gold: ExecResult | None, gold_status: str, width: int | None,
+             clock: _Clock) -> tuple[ExecResult, bool]:
+    """One prediction's verdict under ONE deadline: shape probe, execution and comparison (the
+    column permutation search included) share it, and a verdict not reached by then is `timeout`
+    (the parent's hard stop covers all three as one SQL phase)."""
+    start = time.monotonic()
+    deadline = clock.begin(task.timeout_s)
+    try:
+        result = _execute(task, sql, deadline, probe_width=width if isinstance(sql, str) else None)
+        if gold is None or gold_status != "ok" or result.status != "ok":
+            return result, False
+        correct = rows_match(result.rows, gold.rows, task.mode, permute_columns=task.permute_columns,
+                             order_matters=task.order_matters, deadline=deadline)
+        if time.monotonic() > deadline:
+            raise ComparisonTimeout("the comparison finished past the deadline")
+        return result, correct
+    except ComparisonTimeout as e:
+        return ExecResult("timeout", error=f"timeout after {task.timeout_s:g} s: comparing the results ({e})",
+                          elapsed_s=time.monotonic() - start), False
+    except MemoryError:
+        return ExecResult("too_large", error="too large: comparing the results ran out of memory",
+                          elapsed_s=time.monotonic() - start), False
+    finally:
+        clock.end()
+
+
 def _run_task(task: _Task, clock: _Clock | None = None) -> Iterator[tuple]:
     """Messages ("gold", status, error) then ("pred", index, Score) per prediction, in order
     (kind "rows": one ("pred", index, ExecResult)).
 
-    A prediction textually equal to the gold or to an earlier prediction of the same group reuses
-    that result (a read-only database answers a deterministic query the same way twice). When the
-    gold returned rows, a prediction with another number of columns cannot match in any mode: it is
-    compiled but not run, status "wrong_shape" (a slow or runaway wrong query costs a prepare).
+    A prediction textually equal to the gold takes the gold's result (a read-only database answers
+    a deterministic query the same way twice), and one equal to an earlier prediction of the same
+    group its verdict. When the gold returned rows, a prediction with another number of columns
+    cannot match in any mode: it is compiled but not run, status "wrong_shape" (a slow or runaway
+    wrong query costs a prepare).
     """
     clock = clock or _Clock()
     if task.kind == "rows":
@@ -131,21 +166,21 @@ def _run_task(task: _Task, clock: _Clock | None = None) -> Iterator[tuple]:
         yield ("gold", gold_status, gold_error)
     else:
         gold, (gold_status, gold_error) = None, task.gold_known
-    seen: dict[str, ExecResult] = {task.gold_sql: gold} if gold is not None else {}
+    verdicts: dict[str, Score] = {}
+    if gold is not None:
+        verdicts[task.gold_sql] = Score(gold_status == "ok", gold.status, gold.error, gold_status, gold_error,
+                                        gold.elapsed_s)
     width = len(gold.columns) if gold is not None and gold_status == "ok" and gold.rows else None
     for idx, sql in task.preds:
-        result = seen.get(sql) if isinstance(sql, str) else None
-        if result is None:
-            result = _timed_execute(task, sql, clock, probe_width=width if isinstance(sql, str) else None)
-        if isinstance(sql, str) and sql not in seen and not _NONDETERMINISTIC.search(sql):
-            seen[sql] = result
-        try:
-            correct = (gold is not None and gold_status == "ok" and result.status == "ok"
-                       and rows_match(result.rows, gold.rows, task.mode, permute_columns=task.permute_columns,
-                                      order_matters=task.order_matters))
-        except MemoryError:
-            result, correct = ExecResult("too_large", error="too large: comparing the results ran out of memory"), False
-        yield ("pred", idx, Score(correct, result.status, result.error, gold_status, gold_error, result.elapsed_s))
+        known = verdicts.get(sql) if isinstance(sql, str) else None
+        if known is not None:
+            yield ("pred", idx, dataclasses.replace(known))
+            continue
+        result, correct = _verdict(task, sql, gold, gold_status, width, clock)
+        score = Score(correct, result.status, result.error, gold_status, gold_error, result.elapsed_s)
+        if isinstance(sql, str) and not _NONDETERMINISTIC.search(sql):
+            verdicts[sql] = score
+        yield ("pred", idx, score)
 
 
 

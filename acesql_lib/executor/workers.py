@@ -18,6 +18,22 @@ from .tasks import WORKER_MEMORY_BYTES, Score, _Clock, _run_task, _Task, _task_i
 
 FLUSH_S = 0.01  # a busy worker sends its answers at least this often
 QUEUE_DEPTH = 4  # groups assigned to a worker ahead of its answers, so it never waits for the parent
+STARTUP_DEATHS = 3  # workers in a row that die before starting any item: the pool cannot work, so it says why
+
+
+class WorkerStartupError(RuntimeError):
+    """Executor workers die before they run anything (N in a row); the message names cause and fix."""
+
+
+def _startup_message(n: int, exitcode, method: str) -> str:
+    return (f"acesql executor: {n} worker processes in a row died at start-up (exit code {exitcode}, start "
+            f"method '{method}') before running any SQL, so the call cannot complete. The usual cause: the "
+            "script that calls execute()/score_batch() makes that call at import time, without an "
+            "`if __name__ == \"__main__\":` guard; with the '" + method + "' start method every worker "
+            "imports the main script again, and the call at its top level then tries to start processes "
+            "while the worker itself is still starting. Fix: put the script's top-level code under "
+            "`if __name__ == \"__main__\":`. Otherwise a worker could not import the executor "
+            "(its traceback is on stderr above).")
 
 def _limit_address_space(extra_bytes: int) -> None:
     """Cap this process's address space at what it maps now plus `extra_bytes` (Linux; a no-op
@@ -149,6 +165,7 @@ class _Pool:
             self.ctx.set_forkserver_preload([__name__])  # a replacement worker starts in milliseconds
         self.workers = [_Worker(self.ctx) for _ in range(n_workers)]
         self.lock = threading.Lock()
+        self.startup_deaths = 0  # consecutive workers gone before starting any item
 
     def busy_items(self) -> dict[int, tuple[str, int]]:
         """pid -> ("gold", first index of its group) or ("pred", index) for what each worker runs now."""
@@ -183,6 +200,8 @@ class _Pool:
                 for w in busy:
                     dead = not w.proc.is_alive()  # checked before draining: nothing sent after it is missed
                     dead = not self._drain(w, on_gold, on_pred) or dead
+                    if w.answered:
+                        self.startup_deaths = 0
                     if not w.busy:
                         continue
                     backstop = 2 * max(t.timeout_s for t in w.tasks.values()) + 5
@@ -195,7 +214,7 @@ class _Pool:
                         w.proc.join(timeout=5)
                         status, reason = "timeout", (f"timeout: still running at the hard deadline ({limit:g} s), "
                                                      "so the worker was stopped (a compile or one function call "
-                                                     "that SQLite cannot interrupt)")
+                                                     "that SQLite cannot interrupt, or the comparison of results)")
                     elif time.monotonic() - w.last_seen > backstop:
                         w.proc.kill()
                         w.proc.join(timeout=5)
@@ -203,6 +222,14 @@ class _Pool:
                     else:
                         continue
                     deaths += 1
+                    if w.cursor.value == 0 and w.answered == 0:  # gone before it started anything
+                        self.startup_deaths += 1
+                        if self.startup_deaths >= STARTUP_DEATHS:
+                            w.proc.join(timeout=1)
+                            raise WorkerStartupError(_startup_message(self.startup_deaths, w.proc.exitcode,
+                                                                      self.ctx.get_start_method()))
+                    else:
+                        self.startup_deaths = 0
                     queue.extendleft(reversed(self._salvage(w, status, reason, on_gold, on_pred)))
                     w.conn.close()
                     self.workers[self.workers.index(w)] = None  # replaced lazily: the answer is not held up
