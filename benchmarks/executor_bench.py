@@ -8,8 +8,10 @@ and must agree on every pair. Also measured: how long a runaway query holds the 
 
     python benchmarks/executor_bench.py [--world DIR] [--pairs 2000] [--workers 2] [--previous FILE]
 
-`--previous FILE` also runs another version of the executor on the same pairs, side by side (for
-example `git show <commit>:acesql_lib/executor.py > prev.py`), to measure what a change costs.
+`--previous PATH` also runs another version of the executor on the same pairs, side by side, to
+measure what a change costs: a module file (`git show <commit>:acesql_lib/executor.py > prev.py`,
+from before the package split) or a copy of the package folder (`mkdir prev && git archive <commit>
+acesql_lib/executor | tar -x -C prev`, then `--previous prev/acesql_lib/executor`).
 
 Without --world, six SQLite databases (4 tables, thousands of rows) are built in a temp folder;
 with --world, every *.sqlite under DIR is used. Pairs are generated from each database's own
@@ -264,11 +266,15 @@ def run_ours(items, workers: int):
 
 
 def load_previous(path: str):
-    """Import an older executor module from a file (workers import it by name, so it goes on sys.path)."""
+    """Import an older executor from a module file or a package folder, as `previous_executor`
+    (workers import it by name, so it goes on sys.path)."""
     import importlib
     import shutil
     folder = tempfile.mkdtemp()
-    shutil.copy(path, Path(folder) / "previous_executor.py")
+    if Path(path).is_dir():
+        shutil.copytree(path, Path(folder) / "previous_executor", ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+        shutil.copy(path, Path(folder) / "previous_executor.py")
     sys.path.insert(0, folder)
     return importlib.import_module("previous_executor")
 
@@ -300,7 +306,7 @@ def main() -> None:
     ap.add_argument("--world", help="folder with *.sqlite databases; default: build six in a temp folder")
     ap.add_argument("--pairs", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--previous", help="an older executor module file to run side by side")
+    ap.add_argument("--previous", help="an older executor (module file or package folder) to run side by side")
     args = ap.parse_args()
     tmp = tempfile.TemporaryDirectory()
     dbs = sorted(Path(args.world).rglob("*.sqlite")) if args.world else build_world(Path(tmp.name))

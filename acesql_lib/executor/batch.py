@@ -6,9 +6,12 @@ progress handler that enforces the deadline (sandbox.py), and Python's copies of
 outside SQLite's heap limit. So every untrusted statement runs in a worker that
 - caps its own address space (`resource.setrlimit(RLIMIT_AS)`, WORKER_MEMORY_BYTES above what it
   held at start): an allocation past it fails with MemoryError and the statement is `too_large`;
-- publishes when each SQL phase (shape probe + execution, one budget) started and its hard limit,
-  HARD_FACTOR x the deadline + HARD_MARGIN_S, and the parent kills and replaces a worker that
-  overruns it: a runaway compile or function call returns `timeout` within 1.5x the deadline.
+- publishes when each SQL phase (a gold's execution; a prediction's shape probe + execution +
+  comparison, one budget) started and its hard limit, HARD_FACTOR x the deadline + HARD_MARGIN_S,
+  and the parent kills and replaces a worker that overruns it: a runaway compile, function call or
+  comparison returns `timeout` within 1.5x the deadline.
+Workers that die before running anything, STARTUP_DEATHS in a row, raise WorkerStartupError (a
+script without the `if __name__ == "__main__":` guard) instead of being respawned without end.
 The caller's process never runs untrusted SQL unless it asks (`in_process=True`).
 """
 from __future__ import annotations
@@ -33,7 +36,8 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
 
     Runs in a worker process under a hard deadline (every phase, compile included, returns within
     HARD_FACTOR x timeout_s + HARD_MARGIN_S) and the worker memory bound; statuses as
-    `sandbox.execute_here`. `in_process=True` (or a `conn` from `open_readonly`) runs it in this
+    `sandbox.execute_here`; raises WorkerStartupError when workers cannot start at all.
+    `in_process=True` (or a `conn` from `open_readonly`) runs it in this
     process instead: faster for trusted SQL, but then a runaway compile or a huge result is this
     process's problem. `max_rows` 0 means no row cap (the byte cap still holds).
     """
