@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import compare, sandbox, score_batch
+from acesql_lib.executor import compare, sandbox, score_batch, tasks
 from acesql_lib.executor.sandbox import execute_here, open_readonly
 from acesql_lib.executor.tasks import _run_task, _Task
 
@@ -52,6 +52,7 @@ class TestPredictionLearnsTheGold:
     def test_the_gold_is_never_on_the_predictions_connection(self, db):
         """Statement lists: sqlite_stmt shows the prepared statements of the connection that reads
         it, so the gold must not be prepared on the connection predictions run on."""
+        tasks._GOLD_CACHE.clear()  # the gold really runs here
         list(_run_task(task(db, GOLD, ["SELECT count(*) FROM t", "SELECT a FROM t WHERE n = 3"])))
         conn = sandbox.cached_connection(db)  # the connection a prediction gets
         with conn.guard.lock:
