@@ -308,7 +308,9 @@ class JointGRPO:
         saved = save_grads(self.params)  # the one extra gradient copy PCGrad needs
         m_gen = self._backward(gen_batch, weight=w_gen)
         losses = {"retriever": m_ret["loss"], "generator": m_gen["loss"]}
-        if not all(math.isfinite(v) for v in losses.values()):
+        # every rank decides together: one rank alone in save_checkpoint (barriers, gathers) while the others
+        # enter PCGrad's all-reduce would hang the launch
+        if _any_rank(self.acc, not all(math.isfinite(v) for v in losses.values())):
             self.save_checkpoint()  # parameters are still those of the last good step
             raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
                                 f"saved in {self.out}; lower grpo.learning_rate or check the data")
@@ -476,9 +478,10 @@ class JointGRPO:
                 bar.set_postfix({"r_ret": f"{m['reward/retriever']:.2f}", "r_gen": f"{m['reward/generator']:.2f}"})
                 if on_step:
                     on_step(report)
-                if report.step % self.g.save_every == 0 or report.step == self.total_steps or self._stop_requested:
+                stop = _any_rank(self.acc, self._stop_requested)  # a SIGTERM seen by any rank stops all, same step
+                if report.step % self.g.save_every == 0 or report.step == self.total_steps or stop:
                     self.save_checkpoint()
-                if self._stop_requested:
+                if stop:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
             bar.close()
@@ -540,6 +543,11 @@ def _sum_over_ranks(acc: Any, value: int) -> int:
         return value
     t = torch.tensor([value], device=acc.device, dtype=torch.long)
     return int(acc.reduce(t, reduction="sum").item())
+
+
+def _any_rank(acc: Any, flag: bool) -> bool:
+    """True on every rank when it is true on any (a collective: every rank must call it)."""
+    return _sum_over_ranks(acc, int(bool(flag))) > 0
 
 
 def _mean_over_ranks(acc: Any, metrics: dict[str, float]) -> dict[str, float]:

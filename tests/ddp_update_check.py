@@ -32,6 +32,8 @@ def main(mode: str) -> None:
     else:
         rolls = pickle.loads((run / "rolls.pkl").read_bytes())
         acc = trainer.acc
+        if acc.num_processes != 2:  # the launcher must really start two ranks (a simple launcher starts one)
+            raise SystemExit(f"expected 2 processes, the launch started {acc.num_processes}")
         trainer.update(rolls[acc.process_index::acc.num_processes])  # the rank's share, as collect() takes it
         if acc.is_main_process:
             after = {n: p.detach().clone() for n, p in trainer.unwrapped.named_parameters()}

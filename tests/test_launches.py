@@ -77,3 +77,52 @@ def test_grpo_launch_two_processes_resumes_after_a_kill(run, tmp_path):
     assert (out / "checkpoint-2" / "COMPLETE").exists() and (out / "final" / "config.json").exists()
     steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]  # step 1 from before the kill, step 2 after the resume, each logged once
+
+
+def _rank_process(launcher: subprocess.Popen, rank: str, timeout: float = 120):
+    """The worker process of `rank` under the launcher (its RANK variable)."""
+    import psutil
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for child in psutil.Process(launcher.pid).children(recursive=True):
+            try:
+                if child.environ().get("RANK") == rank and "acesql_lib.grpo" in " ".join(child.cmdline()):
+                    return child
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        time.sleep(0.2)
+    raise AssertionError(f"no rank {rank} worker under the launcher")
+
+
+def test_a_sigterm_to_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint(run, tmp_path):
+    """A preemption signal reaching one rank only: the stop is decided by all ranks together, so both save
+    the same step's checkpoint and exit (before: rank 1 waited in the checkpoint's barrier while rank 0
+    went on into the next step's collectives, and the launch hung)."""
+    import shutil
+
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    sets = [f"{k}={v}" for k, v in rl_overrides(work, **{"grpo.max_steps": 8, "grpo.save_every": 100,
+                                                          "grpo.val_every": 100}).items()]
+    cmd = launch(CFG.grpo.accelerate_config, "acesql_lib.grpo", "--config", "rehearsal", "--set", *sets)
+    out = work / "grpo" / "full"
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        rank1 = _rank_process(proc, "1")
+        log = out / "metrics.jsonl"
+        deadline = time.time() + 400
+        while not (log.is_file() and log.read_text().strip()) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        rank1.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=300)  # a hang fails here
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    assert proc.returncode != 0 and "SIGTERM: checkpoint of step" in err
+    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
+    last = steps[-1]
+    assert last < 8 and (out / f"checkpoint-{last}" / "COMPLETE").exists()
+    assert not (out / "final").exists()
