@@ -307,6 +307,7 @@ class GRPOConfig:
     micro_batch_tokens: int = 12000  # prompt + completion tokens per micro-batch ("micro_token_mean")
     micro_batch_size: int = 8  # sequences per forward/backward pass ("global_token_mean"; memory, not maths)
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
+    gradient_checkpointing: bool = True  # authors (RL/trainer/config/model/hf_model.yaml): layer activations recomputed
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
     # §4.11 silent; authors (RL/trainer/validation_correct.py): validation runs the training rollout, 8 retriever

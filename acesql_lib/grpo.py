@@ -700,6 +700,8 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
             accelerator.wait_for_everyone()
     # fp32 master weights (model.train_dtype); the reference is frozen and runs in the inference dtype, as verl's
     policy, tokenizer = load_policy(str(paths.sft_model), dtype=training_dtype(cfg.model), device=cfg.model.device)
+    if cfg.grpo.gradient_checkpointing:  # the authors' actor recomputes layer activations in the backward pass
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = LoraSpec.from_config(cfg.model)
     if lora is not None:  # model.lora: only fresh adapters on the (merged) SFT model train, as in SFT
         policy = apply_lora(policy, lora)

@@ -485,6 +485,22 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(global_mean, expected))
 
 
+def test_activation_checkpointing_gives_the_same_update(template, tmp_path):
+    """grpo.gradient_checkpointing (the authors' actor): activations recomputed in the backward pass, the
+    same combined gradient as storing them."""
+    grads = {}
+    for flag in (False, True):
+        run = fresh_run(template, tmp_path, f"gc-{flag}")
+        ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.gradient_checkpointing": flag}))
+        trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+        assert trainer.unwrapped.is_gradient_checkpointing == flag
+        trainer.record_grads = True
+        trainer.step()
+        grads[flag] = trainer.last_grads
+    assert any(float(g.abs().sum()) > 0 for g in grads[True])
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads[False], grads[True]))
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts
