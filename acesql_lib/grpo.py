@@ -685,38 +685,44 @@ def _without_overlong(tasks: list[Task], tokenizer: Any, cfg: Config, name: str)
 
 def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
                   progress: bool = True) -> JointGRPO:
-    """Everything the notebook and the launcher share: models, engine, RL questions, pool."""
+    """Everything the notebook and the launcher share: models, engine, RL questions, pool.
+
+    The `Accelerator` comes first: under a launcher it sets up the process group and each rank's device,
+    so the models load onto that rank's device, and only the main process writes shared files while
+    every rank waits."""
+    from accelerate import Accelerator
+
     from .distill import load_rl_tasks
     from .engines import make_engine
     from .models import LoraSpec, apply_lora, load_policy, load_reference, training_dtype
     from .pool_init import initial_pool
 
+    accelerator = accelerator or Accelerator(**accelerator_precision(cfg.grpo.bf16, torch.cuda.is_available()))
+    device = str(accelerator.device) if cfg.model.device in ("auto", "cuda") else cfg.model.device  # this rank's GPU
     if cfg.distill.rl_selection == "sft_model":  # §3.4 by the SFT model's rollouts: chosen once, then read back
         from .distill import select_by_model
 
-        if accelerator is None or accelerator.is_main_process:
+        if accelerator.is_main_process:
             select_by_model(cfg, paths, progress=progress)
-        if accelerator is not None:
-            accelerator.wait_for_everyone()
+        accelerator.wait_for_everyone()
     # fp32 master weights (model.train_dtype); the reference is frozen and runs in the inference dtype, as verl's
-    policy, tokenizer = load_policy(str(paths.sft_model), dtype=training_dtype(cfg.model), device=cfg.model.device)
+    policy, tokenizer = load_policy(str(paths.sft_model), dtype=training_dtype(cfg.model), device=device)
     if cfg.grpo.gradient_checkpointing:  # the authors' actor recomputes layer activations in the backward pass
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     lora = LoraSpec.from_config(cfg.model)
     if lora is not None:  # model.lora: only fresh adapters on the (merged) SFT model train, as in SFT
         policy = apply_lora(policy, lora)
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
-    reference = load_reference(ref_path, dtype=cfg.model.dtype, device=cfg.model.device)[0] if cfg.grpo.kl_coef > 0 else None
+    reference = load_reference(ref_path, dtype=cfg.model.dtype, device=device)[0] if cfg.grpo.kl_coef > 0 else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
     engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
     style = cfg.model.prompt_style  # the one place a prompt style is read
     out = paths.grpo_run(variant)
-    if accelerator is None or accelerator.is_main_process:
+    if accelerator.is_main_process:
         retire_stale_run(out, run_settings(cfg, paths))
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
+    accelerator.wait_for_everyone()
     trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, out,
                         val_tasks=val_tasks, accelerator=accelerator, style=style, progress=progress)
     trainer.resume()

@@ -501,6 +501,33 @@ def test_activation_checkpointing_gives_the_same_update(template, tmp_path):
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads[False], grads[True]))
 
 
+def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(template, tmp_path, monkeypatch):
+    """Under a launcher the Accelerator sets each rank's device and process group; models loaded before it
+    would all land on the first GPU (the construction order of the multi-GPU launch)."""
+    from accelerate.state import AcceleratorState, PartialState
+
+    from acesql_lib import models
+
+    seen = []
+    real_policy, real_reference = models.load_policy, models.load_reference
+
+    def policy(*args, **kw):
+        seen.append(("policy", PartialState._shared_state != {}, kw.get("device")))
+        return real_policy(*args, **kw)
+
+    def reference(*args, **kw):
+        seen.append(("reference", PartialState._shared_state != {}, kw.get("device")))
+        return real_reference(*args, **kw)
+
+    monkeypatch.setattr(models, "load_policy", policy)
+    monkeypatch.setattr(models, "load_reference", reference)
+    AcceleratorState._reset_state(True)  # as in a fresh launch: no process state yet
+    run = fresh_run(template, tmp_path, "order")
+    ctx = RunContext.create("tiny", rl_overrides(run, **{"model.device": "auto"}))
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert seen == [("policy", True, str(trainer.acc.device)), ("reference", True, str(trainer.acc.device))]
+
+
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts
