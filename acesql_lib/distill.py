@@ -91,7 +91,9 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     sampling = dataclasses.asdict(SamplingSpec.distill(cfg))
     sampling["seed"] = cfg.seed  # the run's seed: each shard derives its own from it (SamplingSpec.distill)
     keys = ("vote_threshold", "compare_mode", "exec_timeout_s", "shard_size")
-    return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model}
+    g = cfg.grpo  # the format rules stage 1 judges by are GRPO's (run_distillation)
+    rules = {k: getattr(g, k) for k in ("think_rule", "retriever_parser", "truncation")}
+    return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model, "rules": rules}
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
@@ -120,8 +122,11 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                 records.extend(done)
                 bar.update(len(chunk))
                 continue
+        # the format is judged by the rules GRPO rewards (grpo.think_rule, retriever_parser, truncation)
+        g = cfg.grpo
         rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), vote_threshold=d.vote_threshold,
-                        style=style, compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s)
+                        style=style, compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s,
+                        think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation)
         lines = [_record(r) for r in rolls]
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))

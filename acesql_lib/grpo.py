@@ -265,7 +265,7 @@ class JointGRPO:
         return rollout(tasks, self.engine, self.tokenizer, spec, vote_mode=g.vote, vote_threshold=g.vote_threshold,
                        style=self.style, compare_mode=g.compare_mode, timeout_s=g.exec_timeout_s,
                        think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation,
-                       sql_whitespace=g.sql_whitespace)
+                       sql_whitespace=g.sql_whitespace, bare_table_columns=g.bare_table_columns)
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -274,10 +274,8 @@ class JointGRPO:
         t_rollout = time.perf_counter() - t0
 
         # -- 5. pool: decay and read targets BEFORE adding this step's matches; every rank applies all updates
-        mine = [(r.task.qid, pool_additions(r.generator.parses, r.matches,
-                                            [r.task.columns_of(p.sql, g.bare_table_columns) if m else None
-                                             for p, m in zip(r.generator.parses, r.matches)], g.pool_add_gate))
-                for r in rolls]
+        # the match sets were read under grpo.bare_table_columns by the rollout: what notebook 04 shows is what joins
+        mine = [(r.task.qid, pool_additions(r.generator.parses, r.matches, r.match_sets, g.pool_add_gate)) for r in rolls]
         everyone = _gather_objects(self.acc, mine)
         pool_before = {q: self.pool.weights(q) for q, _ in mine}
         targets = {}
@@ -420,7 +418,7 @@ class JointGRPO:
                         vote_mode=self.g.vote, vote_threshold=self.g.vote_threshold,
                         compare_mode=self.g.compare_mode, timeout_s=self.g.exec_timeout_s, think_rule=self.g.think_rule,
                         retriever_parser=self.g.retriever_parser, truncation=self.g.truncation,
-                        sql_whitespace=self.g.sql_whitespace)
+                        sql_whitespace=self.g.sql_whitespace, bare_table_columns=self.g.bare_table_columns)
         def exact(parse: Any, r: QuestionRollout) -> int:  # a retriever sample's set is a pool target (read only)
             return int(bool(parse.columns) and parse.columns in (self.pool.targets(r.task.qid) or [r.task.gold_columns]))
 

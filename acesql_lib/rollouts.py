@@ -301,7 +301,8 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
             vote_mode: str = "majority", vote_threshold: float = 0.5, style: str = "paper",
             compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0, progress: bool = False,
             think_rule: str = "authors", retriever_parser: str = "authors",
-            truncation: str = "length", sql_whitespace: str = "keep") -> list[QuestionRollout]:
+            truncation: str = "length", sql_whitespace: str = "keep", bare_table_columns: str = "anchor"
+            ) -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation `spec`).
 
     `think_rule` / `retriever_parser`: the parsers' rule sets (prompts module); `truncation`:
@@ -315,7 +316,7 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 4. execute every SQL against its gold (gold results are cached by the executor)
     execute_rollouts(results, compare_mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress,
-                     sql_whitespace=sql_whitespace)
+                     sql_whitespace=sql_whitespace, bare_table_columns=bare_table_columns)
     return results
 
 
@@ -332,7 +333,8 @@ def normalise_sql(sql: str | None, rule: str = "keep") -> str | None:
 
 
 def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "multiset", timeout_s: float = 30.0,
-                     workers: int = 0, progress: bool = False, sql_whitespace: str = "keep") -> None:
+                     workers: int = 0, progress: bool = False, sql_whitespace: str = "keep",
+                     bare_table_columns: str = "anchor") -> None:
     """§4 step 4: one executor batch for every generator sample; sets matches, statuses, match sets.
 
     Both SQLs run as `normalise_sql(..., sql_whitespace)` writes them; the column sets are read from
@@ -349,4 +351,5 @@ def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "m
         k += n
         r.matches = [is_match(s.correct, p.sql) for s, p in zip(chunk, r.generator.parses)]
         r.exec_status = [s.pred_status for s in chunk]
-        r.match_sets = [r.task.columns_of(p.sql) if m else None for p, m in zip(r.generator.parses, r.matches)]
+        r.match_sets = [r.task.columns_of(p.sql, bare_table_columns) if m else None
+                        for p, m in zip(r.generator.parses, r.matches)]

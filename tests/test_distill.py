@@ -152,3 +152,30 @@ def test_products_default_to_the_profiles_prompt_style(tasks):
     assert [s["prompt"] for s in default.sft_samples] == [s["prompt"] for s in tiny.sft_samples]
     paper = build_products(cfg, ts, recs, style="paper")
     assert [s["prompt"] for s in paper.sft_samples] != [s["prompt"] for s in tiny.sft_samples]
+
+
+@pytest.mark.parametrize("rules", [{}, {"grpo.think_rule": "kit", "grpo.retriever_parser": "kit",
+                                        "grpo.truncation": "no_stop"}])
+def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, monkeypatch, rules):
+    """Distillation's rollouts parse with GRPO's think rule, retriever parser and truncation rule, and a
+    change of rule writes new shards."""
+    from acesql_lib import distill
+
+    world, ts = tasks
+    seen = []
+    real = distill.rollout
+
+    def recording(*args, **kw):
+        seen.append({k: kw.get(k) for k in ("think_rule", "retriever_parser", "truncation")})
+        return real(*args, **kw)
+
+    monkeypatch.setattr(distill, "rollout", recording)
+    tok = train_tiny_tokenizer(list(world_text(world))[:3000], vocab_size=400)
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    cfg = load_config("tiny", {"distill.n_retriever": 1, "distill.n_generator": 1, "distill.max_new_tokens": 4,
+                               "distill.shard_size": 2, "distill.rl_min_correct": 0, "distill.rl_max_correct": 1, **rules})
+    run_distillation(cfg, ts[:2], HFEngine(model, tok), tok, tmp_path, style="tiny", progress=False)
+    g = cfg.grpo
+    assert seen == [{"think_rule": g.think_rule, "retriever_parser": g.retriever_parser, "truncation": g.truncation}]
+    other = load_config("tiny", {"grpo.think_rule": "kit" if g.think_rule == "authors" else "authors"})
+    assert distill.shard_settings(cfg, "tiny") != distill.shard_settings(other, "tiny")
