@@ -223,8 +223,13 @@ def policy_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch
     """The policy's weights under the checkpoint (HF) names vLLM's `load_weights` expects.
 
     A PEFT model has its adapters merged for the duration (TRL's recipe): the base-layer names lose
-    their PEFT prefixes and the adapter tensors themselves are skipped.
+    their PEFT prefixes and the adapter tensors themselves are skipped. Under FSDP2 each parameter is a
+    DTensor holding this rank's shard: it is gathered to the full tensor one parameter at a time (a
+    collective, so every rank syncs its engine at the same point), which bounds the extra memory to the
+    largest parameter, as verl's and TRL's syncs do.
     """
+    from torch.distributed.tensor import DTensor
+
     is_peft = hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
     if is_peft:
         model.merge_adapter()
@@ -236,6 +241,8 @@ def policy_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch
                         continue
                     name = name.removeprefix("base_model.model.").replace(".base_layer", "")
                     name = name.replace("modules_to_save.default.", "")
+                if isinstance(tensor, DTensor):
+                    tensor = tensor.full_tensor()
                 yield name, tensor.detach()
         yield named()
     finally:
