@@ -43,6 +43,49 @@ def _set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
+def _inner(optimizer: Any) -> torch.optim.Optimizer:
+    return getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
+
+
+def gather_optimizer_state(model: torch.nn.Module, optimizer: Any, sharded: bool) -> dict[str, Any]:
+    """The optimizer's whole state, on the main process: under FSDP each rank holds its shards of Adam's
+    moments, gathered here (a collective; torch's distributed state-dict API); otherwise every rank holds
+    the same state and this is it."""
+    if not sharded:
+        return optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, _inner(optimizer), options=StateDictOptions(full_state_dict=True,
+                                                                                        cpu_offload=True))
+
+
+def restore_model_state(model: torch.nn.Module, weights: dict[str, torch.Tensor], sharded: bool) -> tuple[list, list]:
+    """Full tensors from a checkpoint into the live model; under FSDP each rank keeps its shard of them.
+    Returns (missing, unexpected) names."""
+    if not sharded:
+        return model.load_state_dict(weights, strict=False)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    found = set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True, strict=False))
+    return list(found.missing_keys), list(found.unexpected_keys)
+
+
+def restore_optimizer_state(model: torch.nn.Module, optimizer: Any, state: dict[str, Any], sharded: bool) -> None:
+    """The saved whole optimizer state into the live optimizer; under FSDP the main process holds it and
+    sends each rank its shards (every rank calls this)."""
+    if not sharded:
+        optimizer.load_state_dict(state)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(model, _inner(optimizer), state,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def _is_sharded(acc: Any) -> bool:
+    return acc.distributed_type.name.startswith("FSDP")
+
+
 LORA_KEY = "lora_"  # PEFT's adapter parameters carry it in their names
 
 
@@ -63,6 +106,7 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
     tmp = out_dir / f".tmp-checkpoint-{state.step}"
     acc.wait_for_everyone()
     model_state = acc.get_state_dict(model)  # collective under FSDP: every rank takes part
+    optim_state = gather_optimizer_state(acc.unwrap_model(model), optimizer, _is_sharded(acc))  # collective too
     if acc.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -76,8 +120,8 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
             acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": _rng_state()},
-                   tmp / "trainer_state.pt")
+        torch.save(optim_state, tmp / "optimizer.pt")
+        torch.save({"scheduler": scheduler.state_dict(), "rng": _rng_state()}, tmp / "trainer_state.pt")
         pool.save(tmp / "pool.json")
         (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2) + "\n")
         (tmp / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
@@ -104,7 +148,8 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f)))
     target = acc.unwrap_model(model)
-    missing, unexpected = target.load_state_dict(weights, strict=False)
+    sharded = _is_sharded(acc)
+    missing, unexpected = restore_model_state(target, weights, sharded)
     # tied embeddings are saved once; a LoRA checkpoint holds the adapters alone; anything else missing
     # means a different model
     real_missing = [k for k in missing if not k.endswith("lm_head.weight") and (LORA_KEY in k or not is_peft(target))]
@@ -112,7 +157,9 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
         raise RuntimeError(f"{path}: checkpoint does not fit the model (missing {real_missing[:5]}, "
                            f"unexpected {list(unexpected)[:5]})")
     blob = torch.load(path / "trainer_state.pt", weights_only=False)
-    optimizer.load_state_dict(blob["optimizer"])
+    # sharded: only the main process reads the whole state and sends each rank its part
+    whole = torch.load(path / "optimizer.pt", weights_only=False) if not sharded or acc.is_main_process else {}
+    restore_optimizer_state(target, optimizer, whole, sharded)
     scheduler.load_state_dict(blob["scheduler"])
     _set_rng_state(blob["rng"])
     state = TrainState(**json.loads((path / "state.json").read_text()))

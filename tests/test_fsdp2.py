@@ -1,0 +1,120 @@
+"""FSDP2 on two CPU processes over gloo, the real `fully_shard` on a small Qwen3:
+- the weights a rank hands its colocated engine are full tensors equal to the unsharded model's (the sync
+  streamed each rank's DTensor shards);
+- a checkpoint holds the whole optimizer state (each rank's shards of Adam's moments) and the model, and
+  restoring both into a fresh sharded model continues exactly as the run that never stopped."""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False)
+    return Qwen3ForCausalLM(cfg)
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, shift: int = 0) -> None:
+    ids = (torch.arange(24).view(2, 12) + shift) % 64  # the same batch on every rank: the mean gradient is the batch's
+    optimizer = optimizer or torch.optim.AdamW(model.parameters(), lr=1e-2)
+    optimizer.zero_grad(set_to_none=True)
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+
+
+def _rank(rank: int, world: int, folder: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor import DTensor
+
+        from acesql_lib.engines import policy_weights
+
+        mesh = init_device_mesh("cpu", (world,))
+        model = _qwen3()
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        _step(model)
+        assert any(isinstance(v, DTensor) for v in model.state_dict().values())  # really sharded
+        with policy_weights(model) as weights:
+            handed = {name: t.clone() for name, t in weights}
+        torch.save(handed, f"{folder}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_each_rank_hands_its_engine_the_full_weights_of_the_sharded_model(tmp_path):
+    mp.start_processes(_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+    reference = _qwen3()
+    _step(reference)
+    expected = reference.state_dict()
+    for rank in range(2):
+        handed = torch.load(tmp_path / f"rank{rank}.pt")
+        assert set(handed) == set(expected)  # the checkpoint names vLLM's load_weights reads
+        for name, tensor in expected.items():
+            assert handed[name].shape == tensor.shape, name
+            assert torch.allclose(handed[name], tensor, atol=1e-6), name
+
+
+def _shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
+
+
+def _checkpoint_rank(rank: int, world: int, folder: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from acesql_lib.checkpoint import gather_optimizer_state, restore_model_state, restore_optimizer_state
+
+        mesh = init_device_mesh("cpu", (world,))
+        straight = _shard(_qwen3(), mesh)
+        opt = torch.optim.AdamW(straight.parameters(), lr=1e-2)
+        _step(straight, opt)
+        full_weights = {k: v.full_tensor() for k, v in straight.state_dict().items()}  # what the checkpoint writes
+        local = next(iter(opt.state_dict()["state"].values()))["exp_avg"]  # what rank 0 alone would have saved
+        whole = gather_optimizer_state(straight, opt, sharded=True)
+        if rank == 0:
+            torch.save(whole, f"{folder}/optimizer.pt")
+        dist.barrier()
+        _step(straight, opt, shift=5)  # the run that never stopped: step 2
+        resumed = _shard(_qwen3(), mesh)  # a fresh launch: other initial weights would do too
+        missing, unexpected = restore_model_state(resumed, full_weights, sharded=True)
+        assert not missing and not unexpected
+        opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
+        restore_optimizer_state(resumed, opt2, torch.load(f"{folder}/optimizer.pt", weights_only=False)
+                                if rank == 0 else {}, sharded=True)
+        _step(resumed, opt2, shift=5)  # step 2 after the resume
+        a = {k: v.full_tensor() for k, v in straight.state_dict().items()}
+        b = {k: v.full_tensor() for k, v in resumed.state_dict().items()}
+        torch.save({"straight": a, "resumed": b, "local_rows": local.to_local().shape[0],
+                    "full_rows": local.shape[0]}, f"{folder}/ckpt{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_sharded_checkpoint_holds_every_shard_and_resumes_exactly(tmp_path):
+    mp.start_processes(_checkpoint_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+    for rank in range(2):
+        got = torch.load(tmp_path / f"ckpt{rank}.pt")
+        assert got["straight"].keys() == got["resumed"].keys()
+        for name, tensor in got["straight"].items():
+            assert torch.allclose(tensor, got["resumed"][name], atol=1e-6), name
+        assert got["local_rows"] < got["full_rows"]  # a rank's own optimizer state is only its shard
+    whole = torch.load(tmp_path / "optimizer.pt", weights_only=False)
+    reference = _qwen3()
+    for name, p in reference.named_parameters():  # Adam's moments of every parameter, at full size
+        assert whole["state"][name]["exp_avg"].shape == p.shape, name
