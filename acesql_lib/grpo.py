@@ -490,14 +490,18 @@ class JointGRPO:
         # a finished run called again (notebook 06's full variant) leaves its final folder as it is, so the
         # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
         fresh = self.state.step > first_step or not (final / "config.json").is_file()
-        if self.state.step >= self.total_steps and fresh and self.acc.is_main_process:
+        if self.state.step >= self.total_steps and fresh:
             with phase("checkpoints"):
                 model = self.unwrapped
                 if ckpt.is_peft(model):  # a plain model folder, as SFT writes (the run ends here)
                     model = model.merge_and_unload()
-                model.save_pretrained(final)
-                self.tokenizer.save_pretrained(final)
-                self.pool.save(final / "pool.json")
+                    state = None
+                else:  # full tensors on every rank under FSDP (a collective), written once by the main process
+                    state = self.acc.get_state_dict(self.model)
+                if self.acc.is_main_process:
+                    model.save_pretrained(final, state_dict=state)
+                    self.tokenizer.save_pretrained(final)
+                    self.pool.save(final / "pool.json")
         if self.state.step > first_step and self.acc.is_main_process:
             # the time outside the steps (benchmarks/pipeline_time.py); the steps' own is in metrics.jsonl
             append_phases(self.out / PHASES_LOG, f"grpo ({self.out.name})", phases_at_start,
