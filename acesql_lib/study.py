@@ -7,7 +7,7 @@ Layout (under `runs/<study>/` and `reports/<study>/`, default study name `<profi
 - per seed k: `runs/<study>/seed-<k>/` links those three folders and runs notebooks 04-06 with
   `grpo.seed = k` (joint GRPO, evaluation of base/SFT/RL, the ablation variants), so every RL
   variant is trained and evaluated once per seed; `reports/<study>/seed-<k>/` holds its notebooks;
-- then `reports/<study>/tables/` (the claims pooled over seeds, `acesql_lib.claims`) and
+- then `reports/<study>/tables/` (the claims pooled over seeds, `acesql_lib.reports.claims`) and
   `reports/<study>/figures/` (training curves as the mean over seeds with a min-max band).
 
 Resumable: a finished part leaves `study_done.json` holding the settings it ran with; a rerun skips

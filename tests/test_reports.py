@@ -326,7 +326,7 @@ def test_a_small_share_prints_as_itself_not_times_100(tmp_path, tiny_cfg):
 
 
 def _claims(dirs: reports.ReportDirs, cfg: Config) -> dict[str, dict[str, str]]:
-    from acesql_lib.claims import table_claims
+    from acesql_lib.reports.claims import table_claims
 
     t = table_claims(cfg, reports.ReportInputs(dirs.metrics, dirs.run), reports.load_paper_results())
     return {r[0]: dict(zip(t.columns, r)) for r in t.rows}

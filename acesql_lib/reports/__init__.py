@@ -25,12 +25,13 @@ from .inputs import (  # noqa: F401
     FIGURES, NOT_REPORTED, PAPER_RESULTS, ROLES, SET_LABELS, STAGE_LABELS, STAGES, TABLES, ReportInputError,
     ReportInputs, _num, load_paper_results, not_run)
 from .tables import (  # noqa: F401
-    CI_NOTE, Table, build_tables, dataset_label, ex_interval, fmt_ci, fmt_diff, fmt_p, hyperparameter_rows, paper_ci,
+    CI_NOTE, Table, dataset_label, ex_interval, fmt_ci, fmt_diff, fmt_p, hyperparameter_rows, paper_ci,
     primary_set, table_ablation, table_efficiency, table_hyperparameters, table_main, table_robustness, variant_stage)
 from .figures import (  # noqa: F401
     VARIANT_ORDER, _variant_colors, fig_output_length, fig_pcgrad, fig_pool, fig_rewards, fig_routes, plot_data_routes,
     plot_distillation, plot_distributions, plot_sft_loss, save_figure, set_style)
 from .overview import fig_overview  # noqa: F401
+from .claims import build_tables, table_claims  # noqa: F401
 
 log = logging.getLogger(__name__)
 

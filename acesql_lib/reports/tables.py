@@ -325,11 +325,3 @@ def table_hyperparameters(cfg: Config, paper: dict[str, Any]) -> Table:
                      fmt(r["value"]), same])
     notes = ["Kit default = the `Config()` dataclass default; n/a where the paper gives no single comparable value."]
     return Table("table5_hyperparameters", f"Hyperparameters: paper vs profile {prof}", cols, rows, notes)
-
-
-def build_tables(cfg: Config, inputs: ReportInputs, paper: dict[str, Any] | None = None) -> list[Table]:
-    paper = paper or load_paper_results()
-    from ..claims import table_claims  # the claims table reads these helpers; imported here to avoid a cycle
-
-    return [table_main(cfg, inputs, paper), table_efficiency(cfg, inputs, paper), table_robustness(cfg, inputs, paper),
-            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper), table_claims(cfg, inputs, paper)]

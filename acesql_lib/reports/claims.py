@@ -19,11 +19,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from . import stats
-from .config import Config
-from .reports import (NOT_REPORTED, ReportInputs, Table, _num, dataset_label, fmt_ci, fmt_diff, fmt_p, not_run,
-                      primary_set, variant_stage)
-from .stats import Interval
+from .. import stats
+from ..config import Config
+from ..stats import Interval
+from .inputs import NOT_REPORTED, ReportInputs, _num, not_run
+from .tables import Table, dataset_label, fmt_ci, fmt_diff, fmt_p, primary_set, variant_stage
 
 PAPER_SET = "bird_dev"  # the paper's ablations and efficiency numbers are on BIRD dev
 
@@ -146,3 +146,13 @@ def table_claims(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Ta
              f"Paper Δ: an unpaired CI at {paper_n:,} questions per system (the paper publishes no per-question "
              "results); a paired CI would be narrower."]
     return Table("claims", f"The paper's claims, measured with 95% CIs (profile {prof})", cols, rows, notes)
+
+
+def build_tables(cfg: Config, inputs: ReportInputs, paper: dict[str, Any] | None = None) -> list[Table]:
+    """Every table of the paper in order, the claims table last (it reads the others' helpers)."""
+    from .inputs import load_paper_results
+    from .tables import table_ablation, table_efficiency, table_hyperparameters, table_main, table_robustness
+
+    paper = paper or load_paper_results()
+    return [table_main(cfg, inputs, paper), table_efficiency(cfg, inputs, paper), table_robustness(cfg, inputs, paper),
+            table_ablation(cfg, inputs, paper), table_hyperparameters(cfg, paper), table_claims(cfg, inputs, paper)]
