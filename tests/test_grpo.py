@@ -154,6 +154,17 @@ def test_two_processes_make_the_single_process_update(template, tmp_path):
     assert moved > 0
 
 
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_last_good_checkpoint(template, tmp_path):
+    run = fresh_run(template, tmp_path, "nan2")
+    script = Path(__file__).with_name("nan_rank_check.py")
+    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                           str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), str(script)],
+                          cwd=REPO, env={**os.environ, "ACESQL_RUN": str(run)}, capture_output=True, text=True,
+                          timeout=300)  # a hang fails here
+    assert done.stdout.count("stopped: step 1: non-finite loss") == 2, done.stdout + done.stderr[-3000:]
+    assert (run / "grpo" / "full" / "checkpoint-0" / "COMPLETE").exists()
+
+
 def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, tmp_path):
     def trainer_for(overrides):
         ctx = RunContext.create("tiny", overrides)
