@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .prompts import PROMPT_STYLES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
 
@@ -120,7 +122,11 @@ class ModelConfig:
     lora_dropout: float = 0.05
     # The tiny profile builds its own base model offline (a Qwen3 architecture trained from scratch).
     build_tiny: bool = False
-    prompt_style: str = "paper"  # §2 prompts in the kit's wording; "tiny" shortens the instructions for CPU sequences
+    # §2 prompt texts (prompts.PROMPT_STYLES): "authors" = the authors' prompts byte for byte, their training templates
+    # (RL/prompts/*.txt) for SFT samples and rollouts, their evaluation templates (EVAL/prompt_templates.py,
+    # EVAL/prompts/retriever_prompt.txt) for evaluation; "paper" = the kit's own wording; "tiny" shortens the kit's
+    # instructions for CPU sequences
+    prompt_style: str = "authors"
     tiny_vocab_size: int = 1024  # small enough for the training text that every token occurs in it whole
     tiny_hidden_size: int = 256
     tiny_num_layers: int = 4
@@ -150,7 +156,8 @@ class ModelConfig:
         _check(self.train_dtype in ("float32", "bfloat16", "float16"), "model.train_dtype",
                f"unknown dtype {self.train_dtype!r} (float32 keeps fp32 master weights)")
         _check(self.device in ("auto", "cpu", "cuda"), "model.device", f"unknown device {self.device!r}")
-        _check(self.prompt_style in ("paper", "tiny"), "model.prompt_style", "must be paper or tiny")
+        _check(self.prompt_style in PROMPT_STYLES, "model.prompt_style",
+               f"must be one of {', '.join(PROMPT_STYLES)} (authors: the authors' prompts), got {self.prompt_style!r}")
         _check(self.tiny_hidden_size % self.tiny_num_heads == 0, "model.tiny_hidden_size",
                "must be divisible by model.tiny_num_heads")
         _check(self.tiny_num_heads % self.tiny_num_kv_heads == 0, "model.tiny_num_kv_heads",

@@ -48,6 +48,7 @@ from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
 from .evalparse import parse_generator_eval, parse_retriever_eval
+from .prompts import evaluation_style
 from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, Task, execute_rollouts, generate, retrieve, select
 from .routes import alternative_route, route_share
 from .schema import Schema
@@ -173,7 +174,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     start, phases_before = time.perf_counter(), totals()
     engine = engine or HFEngine.from_config(cfg.engine, model, tokenizer)
     chunk = max(1, cfg.engine.hf_batch_size)
-    style = cfg.model.prompt_style
+    style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
     from .values_index import attach  # the profile's schema text and question-relevant values (§2)
 
     cache = Paths.from_config(cfg).run / "values_index"

@@ -1,9 +1,24 @@
 """The two role prompts of §2, their SFT targets, and the parsers that rewards gate on.
 
 Both roles use one user turn and no system prompt; the chat template of the model (thinking on)
-turns the messages into text. The wording is the kit's own. Two styles share one layout
-(task, engine, schema, question, rules, output format): "paper" for real models and "tiny",
-which shortens the instruction sentences so CPU sequences stay short.
+turns the messages into text. Styles (`model.prompt_style`):
+- "authors" (paper and rehearsal profiles): the authors' prompt texts byte for byte. Training and
+  rollouts (self-distillation, SFT samples, GRPO and its validation) use their training templates
+  (RL/prompts/retriever_prompt.txt, RL/prompts/generator_prompt.txt); evaluation uses their
+  evaluation templates (EVAL/prompts/retriever_prompt.txt, INPUT_PROMPT_TEMPLATE of
+  EVAL/prompt_templates.py), which lack the line asking for a <think> block and end in a newline.
+  `evaluation_style` maps the profile's style to the one evaluation builds with ("authors_eval").
+  How the authors fill them (their RL/utils/generate_prompts_utils.py, RL/rewards/retriever_utils.py,
+  EVAL/prepare_eval_data.py, EVAL/generate_sql_prompts.py): the training question is
+  evidence.strip() + newline + question.strip() (`question_text`), the evaluation question is
+  evidence.strip() + newline + the question as read (not stripped); the schema text goes in as it is
+  (not stripped); the training templates are read without their final newline; the evaluation
+  retriever template is filled question first, then schema, by plain replacement (so a question
+  holding the text "{schema}" would get the schema too, as theirs does); the others in one pass.
+  Their engine line is "SQLite".
+- "paper": the kit's own wording (before the authors' code was released), one layout for both roles
+  (task, engine, schema, question, rules, output format); "tiny" shortens its instruction sentences
+  so CPU sequences stay short (the tiny profile). Training and evaluation use the same text.
 
 Output contract (§2):
 - retriever: `<think>...</think>`, then a bracketed list `[table.col, ...]` in a code block;
@@ -52,6 +67,8 @@ from typing import Any, Iterable, Protocol
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 PARSE_RULES = ("authors", "kit")  # see module docstring
+PROMPT_STYLES = ("authors", "paper", "tiny")  # model.prompt_style (module docstring)
+AUTHORS_EVAL = "authors_eval"  # the authors' evaluation templates; what evaluation builds with under "authors"
 
 
 class ColumnResolver(Protocol):
@@ -119,15 +136,94 @@ def _layout(parts: dict, engine: str, schema_text: str, question: str, evidence:
             f"Output format:\n{parts['format']}")
 
 
+# The authors' texts (module docstring). Placeholders: {engine}, {schema}, {question}.
+_AUTHORS_RETRIEVER_HEAD = (
+    "Task Overview:\n"
+    "You are a database schema specialist. Below, you are provided with a database schema and a natural language "
+    "question. Your task is to identify the minimum necessary tables and columns required to construct a valid SQL "
+    "query that answers the question.\n\n"
+    "Database Engine:\n{engine}\n\n"
+    "Database Schema: \n{schema} \n"
+    "This schema describes the database's structure, including tables, columns, primary keys, and foreign keys.\n\n"
+    "Question: \n{question}\n\n"
+    "Instructions:\n\n"
+    "-Inclusion Criteria: Only include columns used in SELECT, WHERE, JOIN (Foreign/Primary Keys),ORDER BY,etc.\n\n"
+    "-Join Integrity: For multi-table questions, you must include all columns required to form a complete join "
+    "path.\n\n"
+    "-Strict Minimalism: Do not include any extra columns (like descriptions or notes) unless explicitly asked "
+    "for.\n\n\n"
+    "Output Format:\n"
+    "In your answer, please think step by step and enclose the needed columns and tables in a code block at the "
+    "end:\n")
+_AUTHORS_RETRIEVER_THINK = "- Include a <think>...</think> reasoning block before the final column list.\n"
+_AUTHORS_RETRIEVER_TAIL = ("```\n[table1.column1, table2.column2, ...]\n```\n\n"
+                           "Take a deep breath and think step by step to find the most relevant columns.")
+_AUTHORS_GENERATOR_HEAD = (
+    "Task Overview:\n"
+    "You are a data science expert. Below, you are provided with a database schema and a natural language "
+    "question. Your task is to understand the schema and generate a valid SQL query to answer the question.\n\n"
+    "Database Engine:\n{engine}\n\n"
+    "Database Schema:\n{schema}\n"
+    "This schema describes the database's structure, including tables, columns, primary keys, foreign keys, and "
+    "any relevant relationships or constraints.\n\n"
+    "Question:\n{question}\n\n"
+    "Instructions:\n"
+    "- Make sure you only output the information that is asked in the question. If the question asks for a "
+    "specific column, make sure to only include that column in the SELECT clause, nothing more.\n"
+    "- The generated query should return all of the information asked in the question without any missing or "
+    "extra information.\n"
+    "- Before generating the final SQL query, please think through the steps of how to write the query.\n\n")
+_AUTHORS_GENERATOR_THINK = "- Include a <think>...</think> reasoning block before the final SQL query.\n\n"
+_AUTHORS_GENERATOR_TAIL = ("Output Format:\n"
+                           "In your answer, please enclose the generated SQL query in a code block:\n"
+                           "```sql\n-- Your SQL query\n```\n\n"
+                           "Take a deep breath and think step by step to find the correct SQL query.")
+AUTHORS_TEMPLATES = {  # (role, style) -> template
+    ("retriever", "authors"): _AUTHORS_RETRIEVER_HEAD + _AUTHORS_RETRIEVER_THINK + _AUTHORS_RETRIEVER_TAIL,
+    ("retriever", AUTHORS_EVAL): _AUTHORS_RETRIEVER_HEAD + _AUTHORS_RETRIEVER_TAIL + "\n",
+    ("generator", "authors"): _AUTHORS_GENERATOR_HEAD + _AUTHORS_GENERATOR_THINK + _AUTHORS_GENERATOR_TAIL,
+    ("generator", AUTHORS_EVAL): _AUTHORS_GENERATOR_HEAD + _AUTHORS_GENERATOR_TAIL + "\n",
+}
+_PLACEHOLDER = re.compile(r"\{(engine|schema|question)\}")
+
+
+def evaluation_style(style: str) -> str:
+    """The style evaluation builds its prompts with: the authors' evaluation templates under "authors"."""
+    return AUTHORS_EVAL if style == "authors" else style
+
+
+def _authors_text(role: str, style: str, engine: str, schema_text: str, question: str, evidence: str) -> str:
+    template = AUTHORS_TEMPLATES[(role, style)]
+    if style == AUTHORS_EVAL:
+        evidence = (evidence or "").strip()
+        question = f"{evidence}\n{question}" if evidence else question  # the question as read
+    else:
+        question = question_text(question, evidence)
+    values = {"engine": engine, "schema": schema_text, "question": question}
+    if (role, style) == ("retriever", AUTHORS_EVAL):  # replaced in turn: question, then schema
+        text = template.replace("{engine}", engine)
+        return text.replace("{question}", question).replace("{schema}", schema_text)
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)  # one pass: values are not rescanned
+
+
+def _is_authors(style: str) -> bool:
+    return style in ("authors", AUTHORS_EVAL)
+
+
 def retriever_messages(schema_text: str, question: str, evidence: str = "", engine: str = "SQLite",
                        style: str = "paper") -> list[dict[str, str]]:
     """Chat messages for the retriever: full schema in, minimal `table.column` list out (§2)."""
+    if _is_authors(style):
+        return [{"role": "user", "content": _authors_text("retriever", style, engine, schema_text, question, evidence)}]
     return [{"role": "user", "content": _layout(_style(_RETRIEVER, style), engine, schema_text, question, evidence)}]
 
 
 def generator_messages(pruned_schema_text: str, question: str, evidence: str = "", engine: str = "SQLite",
                        style: str = "paper") -> list[dict[str, str]]:
     """Chat messages for the generator: pruned schema in, one SQL query out (§2, OmniSQL-style)."""
+    if _is_authors(style):
+        return [{"role": "user",
+                 "content": _authors_text("generator", style, engine, pruned_schema_text, question, evidence)}]
     return [{"role": "user",
              "content": _layout(_style(_GENERATOR, style), engine, pruned_schema_text, question, evidence)}]
 

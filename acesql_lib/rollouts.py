@@ -32,6 +32,9 @@ class Task:
 
     example: Example
     schema: Schema
+    # The question's relevant values when they come with the question (the authors' released rows carry
+    # theirs, `relavant_values`); None: the schema's values index finds them.
+    given_values: dict[str, list] | None = field(default=None, repr=False, compare=False)
 
     @property
     def qid(self) -> str:
@@ -39,7 +42,9 @@ class Task:
 
     @cached_property
     def relevant_values(self) -> dict[str, list] | None:
-        """The question's values found by the schema's values index (§2), or None without one."""
+        """The question's values (§2): the given ones, else those the schema's values index finds, else None."""
+        if self.given_values is not None:
+            return {k.lower(): list(v) for k, v in self.given_values.items()}
         index = self.schema.values_index
         return index.relevant_values(question_text(self.example.question, self.example.evidence)) if index else None
 
