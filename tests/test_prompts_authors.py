@@ -265,3 +265,63 @@ def test_the_chat_template_is_applied_as_theirs(tokenizer, paper):
 
     render(Recording(), msgs, paper.engine.enable_thinking)
     assert calls == [(msgs, {"tokenize": False, "add_generation_prompt": True, "enable_thinking": True})]
+
+
+
+class _Recording:
+    """An engine that records its prompts and answers each role with one well-formed completion."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def generate(self, prompts, n=1, **kw):
+        from acesql_lib.engines import Completion
+
+        self.prompts += prompts
+        out = []
+        for p in prompts:
+            text = ("<think>\nx\n</think>\n\n```\n[t.a]\n```" if "database schema specialist" in p
+                    else "<think>\nx\n</think>\n\n```sql\nSELECT a FROM t WHERE a = 'Site B'\n```")
+            out.append([Completion(text, [1, 2], 2, False) for _ in range(n)])
+        return out
+
+    def close(self):
+        pass
+
+
+def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_ones(tmp_path, tokenizer):
+    """Through the kit's code paths: `evaluate` prompts with the authors' evaluation templates (question as
+    read), a training rollout (self-distillation, GRPO, its validation) with their training templates."""
+    import sqlite3
+
+    from acesql_lib.datasets import Example
+    from acesql_lib.evaluate import evaluate
+    from acesql_lib.prompts import AUTHORS_EVAL
+    from acesql_lib.rollouts import SamplingSpec, Task, rollout
+    from acesql_lib.schema import Schema
+
+    db = tmp_path / "db" / "club" / "club.sqlite"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('Site B', 1), ('x', 2);")
+    conn.commit()
+    conn.close()
+    cfg = load_config("paper", {"run_dir": str(tmp_path / "run"), "eval.workers": 1})
+    ex = Example("q1", "club", " Which a at Site B? ", "site means a", "SELECT a FROM t WHERE a = 'Site B'",
+                 "simple", "", "bird", str(db))
+    schema = Schema.from_sqlite(db)
+    engine = _Recording()
+    result = evaluate(None, tokenizer, [ex], {"club": schema}, cfg, engine=engine, progress=False)
+    task = Task(ex, schema)
+    assert schema.text_style == "authors" and "example: ['Site B', 'x']" in task.full_ddl
+    want = [retriever_prompt(task, tokenizer, AUTHORS_EVAL), generator_prompt(task, frozenset({"t.a"}), tokenizer,
+                                                                              AUTHORS_EVAL)]
+    assert engine.prompts[:2] == want and "Question: \nsite means a\n Which a at Site B? \n\n" in want[0]
+    assert "reasoning block" not in want[0] + want[1] and result.records[0]["correct"]
+
+    engine.prompts = []
+    rollout([task], engine, tokenizer, SamplingSpec(1, 1, 1.0), style=cfg.model.prompt_style, workers=1)
+    assert engine.prompts == [retriever_prompt(task, tokenizer, "authors"),
+                              generator_prompt(task, frozenset({"t.a"}), tokenizer, "authors")]
+    assert "Question: \nsite means a\nWhich a at Site B?\n\n" in engine.prompts[0]
+    assert all("reasoning block before the final" in p for p in engine.prompts)
