@@ -373,6 +373,10 @@ class EvalSet:
     tables: str = ""  # tables.json
     db_root: str = ""  # folder with <db_id>/<db_id>.sqlite
     question_field: str = ""  # "" = the format's own ("question"); Spider-Syn asks "SpiderSynQuestion" (§5)
+    # The prompts show question-relevant values when data.relevant_values is on; false: never. The authors' Spider
+    # dev/test prompts have none (EVAL/prepare_spider_data.py, EVAL/generate_spider_sql_prompts.py pass {}),
+    # their BIRD ones do (EVAL/prepare_eval_data.py, EVAL/generate_sql_prompts.py)
+    relevant_values: bool = True
 
     def __post_init__(self) -> None:
         _check(self.format in ("bird", "spider"), f"eval.sets[{self.name}].format", "must be bird or spider")
@@ -383,9 +387,10 @@ class EvalConfig:
     sets: list[EvalSet] = field(default_factory=lambda: [
         EvalSet("bird_dev", "bird", "data/bird/dev_20240627/dev.json", "data/bird/dev_20240627/dev_tables.json",
                 "data/bird/dev_20240627/dev_databases"),
-        EvalSet("spider_dev", "spider", "data/spider/dev.json", "data/spider/tables.json", "data/spider/database"),
+        EvalSet("spider_dev", "spider", "data/spider/dev.json", "data/spider/tables.json", "data/spider/database",
+                relevant_values=False),
         EvalSet("spider_test", "spider", "data/spider/test.json", "data/spider/test_tables.json",
-                "data/spider/test_database"),
+                "data/spider/test_database", relevant_values=False),
         EvalSet("spider_dk", "spider", "data/spider_dk/Spider-DK.json", "data/spider_dk/tables.json",
                 "data/spider_dk/database"),
         EvalSet("spider_syn", "spider", "data/spider_syn/dev.json", "data/spider/tables.json", "data/spider/database",

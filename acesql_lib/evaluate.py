@@ -162,7 +162,8 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
              mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
-             engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True) -> EvalResult:
+             engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True,
+             relevant_values: bool = True) -> EvalResult:
     """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`; files go to `out_dir`.
 
     `schemas` maps db_id to its Schema; `mode` is the executor's compare mode ("set" for BIRD,
@@ -178,9 +179,12 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     from .values_index import attach  # the profile's schema text and question-relevant values (§2)
 
     cache = Paths.from_config(cfg).run / "values_index"
+    # a set whose prompts show no question-relevant values (EvalSet.relevant_values false): none, no index
+    given = None if relevant_values else {}
+    data_cfg = cfg.data if given is None else dataclasses.replace(cfg.data, relevant_values=False)
     for ex in examples:
-        attach(schemas[ex.db_id], ex.db_path, cfg.data, cache)  # cheap once attached
-    tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
+        attach(schemas[ex.db_id], ex.db_path, data_cfg, cache)  # cheap once attached
+    tasks = [Task(ex, schemas[ex.db_id], given_values=given) for ex in examples]
 
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens)
     # eval.retriever_parser / eval.generator_parser: the authors' EVAL rules or the kit's
@@ -356,7 +360,8 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
         result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,
-                          set_name=eval_set.name, engine=engine, progress=progress)
+                          set_name=eval_set.name, engine=engine, progress=progress,
+                          relevant_values=eval_set.relevant_values)
     finally:
         engine.close()
     result.metrics["reused"] = False

@@ -303,7 +303,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     db = tmp_path / "db" / "club" / "club.sqlite"
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('Site B', 1), ('x', 2);")
+    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2), ('Site B', 3);")
     conn.commit()
     conn.close()
     cfg = load_config("paper", {"run_dir": str(tmp_path / "run"), "eval.workers": 1})
@@ -313,7 +313,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     engine = _Recording()
     result = evaluate(None, tokenizer, [ex], {"club": schema}, cfg, engine=engine, progress=False)
     task = Task(ex, schema)
-    assert schema.text_style == "authors" and "example: ['Site B', 'x']" in task.full_ddl
+    assert schema.text_style == "authors" and "example: ['Site B', 'x', 'y']" in task.full_ddl  # BIRD: values first
     want = [retriever_prompt(task, tokenizer, AUTHORS_EVAL), generator_prompt(task, frozenset({"t.a"}), tokenizer,
                                                                               AUTHORS_EVAL)]
     assert engine.prompts[:2] == want and "Question: \nsite means a\n Which a at Site B? \n\n" in want[0]
@@ -325,3 +325,20 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
                               generator_prompt(task, frozenset({"t.a"}), tokenizer, "authors")]
     assert "Question: \nsite means a\nWhich a at Site B?\n\n" in engine.prompts[0]
     assert all("reasoning block before the final" in p for p in engine.prompts)
+
+    # their Spider dev/test prompts show no question-relevant values (EvalSet.relevant_values), BIRD's and the
+    # robustness sets' do
+    assert {s.name: s.relevant_values for s in cfg.eval.sets} == {
+        "bird_dev": True, "spider_dev": False, "spider_test": False, "spider_dk": True, "spider_syn": True,
+        "spider_realistic": True}
+    assert [s.relevant_values for s in load_config("rehearsal").eval.sets] == [s.relevant_values for s in cfg.eval.sets]
+    from acesql_lib.config import EvalConfig
+
+    assert [s.relevant_values for s in EvalConfig().sets] == [s.relevant_values for s in cfg.eval.sets]
+    engine.prompts = []
+    spider = Schema.from_sqlite(db)
+    evaluate(None, tokenizer, [ex], {"club": spider}, cfg, mode="spider", set_name="spider_dev", engine=engine,
+             progress=False, relevant_values=False)
+    bare = Task(ex, spider, given_values={})
+    assert "example: ['x', 'y']" in bare.full_ddl and spider.values_index is None
+    assert engine.prompts[0] == retriever_prompt(bare, tokenizer, AUTHORS_EVAL)

@@ -78,7 +78,7 @@ def test_rehearsal_differs_from_paper_only_in_allowed_keys():
             assert getattr(r, field).startswith("runs/rehearsal/data/"), (r.name, field, getattr(r, field))
             assert Path(getattr(r, field)).name == Path(getattr(p, field)).name
     # what a GPU user runs stays on: the paper's prompt style, example values, comparison modes, phases
-    assert reh.model.prompt_style == "paper" and reh.data.n_example_values == 2
+    assert reh.model.prompt_style == paper.model.prompt_style == "authors" and reh.data.n_example_values == 2
     assert (reh.distill.compare_mode, reh.grpo.compare_mode) == (paper.distill.compare_mode, paper.grpo.compare_mode)
     assert reh.grpo.gen_schedule_ratio == paper.grpo.gen_schedule_ratio and reh.grpo.pcgrad == paper.grpo.pcgrad
     assert reh.data.world == "synsql" and paper.data.layouts_from == "" and reh.data.layouts_from == "tinyworld"
@@ -306,13 +306,15 @@ def test_tiny_base_trains_on_the_prompts_distillation_shows(tmp_path):
     world = build_tinyworld(tmp_path / "world", seed=cfg.data.seed, n_train=12, n_dev=4)
     pool = list(load_synsql(world.train_json, world.train_db_root))
     paths = Paths.from_config(cfg)
-    samples, skipped = gold_samples(pool, profile_schemas(cfg, paths, pool), style="paper")
+    style = cfg.model.prompt_style  # the authors' training prompts, as the paper profile's
+    assert style == "authors"
+    samples, skipped = gold_samples(pool, profile_schemas(cfg, paths, pool), style=style)
     tasks = make_tasks(pool, cfg.data.n_example_values, cfg.data.example_max_chars, cfg.data,
                        paths.run / "values_index")
     assert skipped == 0 and len(samples) == 2 * len(tasks)
     for task, ret, gen in zip(tasks, samples[::2], samples[1::2]):
         ex = task.example
-        assert ret["prompt"] == retriever_messages(task.full_ddl, ex.question, ex.evidence, style="paper")
+        assert ret["prompt"] == retriever_messages(task.full_ddl, ex.question, ex.evidence, style=style)
         assert gen["prompt"] == generator_messages(task.schema_text(task.gold_columns), ex.question, ex.evidence,
-                                                   style="paper")
+                                                   style=style)
     assert "CREATE TABLE" in samples[0]["prompt"][-1]["content"]
