@@ -239,6 +239,8 @@ def test_training_and_evaluation_templates_differ_as_theirs(paper):
         assert ask in train and ask not in ev and ev.endswith("\n") and not train.endswith("\n")
         assert "\ne\nHow many?\n" in train and "\ne\n How many? \n" in ev
         assert train.startswith("Task Overview:\n") and "Database Engine:\nSQLite\n" in ev
+    # an empty selection prunes to no schema at all, as their obtain_db_details gives for no columns
+    assert "Database Schema:\n\nThis schema describes" in generator_messages("", "q", style="authors")[0]["content"]
     # one pass for the generator: a question naming a placeholder stays as written
     text = generator_messages("S", "{schema}?", style="authors")[0]["content"]
     assert "Database Schema:\nS\n" in text and "Question:\n{schema}?\n" in text
