@@ -14,7 +14,7 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
-.PHONY: lab venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
+.PHONY: lab lock venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,21 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@touch $@
 
 venv: $(STAMP)
+
+# The GPU environment's lock: requirements-gpu.in (requirements-dev.txt's pins + vllm + deepspeed) resolved by uv
+# for the GPU boxes (Linux x86_64 with glibc >= 2.31, Python 3.11), whatever machine runs it; environment.yml
+# installs the lock. Wheels only (the lock says so to pip too), but deepspeed, which PyPI has only as a source
+# archive; glibc 2.31 because vllm 0.32 needs llguidance 1.7, whose x86_64 wheels are manylinux_2_31.
+# Rerun after changing a pin (tests/test_gpu_env.py fails until then); LOCK_ARGS=--upgrade also moves the
+# unpinned transitive packages. uv comes pinned in its own $(LOCK_VENV) and reads PyPI (UV_DEFAULT_INDEX for a mirror).
+UV_PIN ?= uv==0.13.9
+LOCK_VENV ?= .venv-lock
+LOCK_ARGS ?=
+lock:
+	@test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q --disable-pip-version-check $(UV_PIN); }
+	$(LOCK_VENV)/bin/uv pip compile --quiet --python-platform x86_64-manylinux_2_31 --python-version 3.11 \
+	  --only-binary :all: --no-binary deepspeed --emit-build-options --custom-compile-command "make lock" \
+	  $(LOCK_ARGS) --output-file requirements-gpu.lock requirements-gpu.in
 
 reproduce: $(STAMP)
 	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
