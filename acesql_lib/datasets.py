@@ -82,9 +82,40 @@ _SYNSQL = {"id": (False, _ID), "db_id": (True, _STR), "question": (True, _STR), 
            "cot": (False, _STR)}
 
 
-def read_json_file(path: str | Path, what: str = "questions file") -> Any:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json's object_pairs_hook: an object that names one key twice is an error, not "last one wins"."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def parse_json_text(text: str, path: str | Path, strict_keys: bool = False) -> Any:
+    """`json.loads(text)` whose every error is a DatasetError naming `path`: invalid JSON (line and
+    column), nesting too deep for the parser (a file of 200,000 `[`: RecursionError inside json) and,
+    with `strict_keys`, an object naming one key twice."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys if strict_keys else None)
+    except json.JSONDecodeError as e:
+        raise DatasetError(f"{path}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: JSON nested too deeply to read (more levels of [ or {{ than the parser "
+                           "allows); not a questions, tables or predictions file") from None
+    except _DuplicateKey as e:
+        raise DatasetError(f"{path}: the key {e.args[0]!r} appears twice in one JSON object; each key must "
+                           "appear once (a JSON reader would silently keep only the last)") from None
+
+
+def read_json_file(path: str | Path, what: str = "questions file", strict_keys: bool = False) -> Any:
     """The JSON value in `path`, read as UTF-8 (a leading BOM is read and dropped); every error names
-    the file: missing, invalid UTF-8 (with the byte offset) or invalid JSON (with line and column)."""
+    the file: missing, invalid UTF-8 (with the byte offset), invalid JSON (with line and column),
+    nesting too deep to parse, and (`strict_keys`) a key twice in one object."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} not found: {path}")
@@ -94,10 +125,7 @@ def read_json_file(path: str | Path, what: str = "questions file") -> Any:
     except UnicodeDecodeError as e:
         raise DatasetError(f"{path}: not valid UTF-8 at byte {e.start} ({e.reason}: {raw[e.start:e.start + 4]!r}); "
                            "re-save the file as UTF-8") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: not valid JSON: {e}") from None
+    return parse_json_text(text, path, strict_keys)
 
 
 def read_json_list(path: str | Path, what: str = "questions file") -> list:
@@ -108,9 +136,49 @@ def read_json_list(path: str | Path, what: str = "questions file") -> list:
     return data
 
 
+MAX_DB_ID_BYTES = 240  # "<db_id>.sqlite" must fit one file name (255 bytes on common file systems)
+
+
+def db_id_problem(db_id: object) -> str | None:
+    """Why `db_id` is not a plain database name (None when it is): the kit opens
+    `<db_root>/<db_id>/<db_id>.sqlite`, so a db_id must name one folder inside db_root: a non-empty
+    string of at most MAX_DB_ID_BYTES UTF-8 bytes, without path separators, NUL or control
+    characters, not "." or "..", not absolute and without surrounding spaces."""
+    if not isinstance(db_id, str) or isinstance(db_id, bool):
+        return f"db_id must be a string, got {type(db_id).__name__}"
+    if not db_id.strip():
+        return "db_id is empty"
+    if db_id != db_id.strip():
+        return f"db_id {db_id[:60]!r} has leading or trailing spaces"
+    if len(db_id.encode("utf-8", "surrogatepass")) > MAX_DB_ID_BYTES:
+        return f"db_id is {len(db_id)} characters long (at most {MAX_DB_ID_BYTES} UTF-8 bytes: it names a file)"
+    if any(c in "/\\" + os.sep for c in db_id) or any(ord(c) < 32 or ord(c) == 127 for c in db_id):
+        return f"db_id {db_id[:60]!r} contains a path separator or a control character (a plain name is required)"
+    if db_id in (".", "..") or Path(db_id).is_absolute() or Path(db_id).drive:
+        return f"db_id {db_id!r} is not a plain folder name inside db_root"
+    return None
+
+
+def db_path_for(db_root: str | Path, db_id: str) -> Path:
+    """`<db_root>/<db_id>/<db_id>.sqlite` for a plain db_id (ValueError naming the reason otherwise)."""
+    problem = db_id_problem(db_id)
+    if problem:
+        raise ValueError(problem)
+    return Path(db_root) / db_id / f"{db_id}.sqlite"
+
+
 def tables_db_ids(tables_json: str | Path) -> set[str]:
-    """The db_ids a Spider/BIRD tables.json describes (entries without one are schema.py's to report)."""
-    return {e["db_id"] for e in read_json_list(tables_json, "tables.json") if isinstance(e, dict) and "db_id" in e}
+    """The db_ids a Spider/BIRD tables.json describes; an entry whose db_id is not a plain name (a
+    list, a number, a path) is a DatasetError naming the file and the entry (entries without a db_id
+    are schema.py's to report)."""
+    ids = set()
+    for i, e in enumerate(read_json_list(tables_json, "tables.json")):
+        if isinstance(e, dict) and "db_id" in e:
+            problem = db_id_problem(e["db_id"])
+            if problem:
+                raise DatasetError(f"{tables_json}: entry {i}: {problem}")
+            ids.add(e["db_id"])
+    return ids
 
 
 # Enumerated fields: a value outside these is kept but warned about and counted (LoadResult.unknown_values).
@@ -135,7 +203,8 @@ def _problem(record: Any, spec: dict[str, tuple[bool, tuple[type, ...]]]) -> str
             return f"field {name!r} must be {want}, got {type(value).__name__}"
         if required and isinstance(value, str) and not value.strip():
             return f"field {name!r} is empty"
-    return None
+    problem = db_id_problem(record.get("db_id")) if "db_id" in spec else None
+    return f"field 'db_id': {problem}" if problem else None
 
 
 def _load(path: str | Path, db_root: str | Path | None, check_db: bool, spec: dict, source: str,

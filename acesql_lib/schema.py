@@ -430,7 +430,7 @@ def tables_json_schemas(path: str | Path) -> dict[str, "Schema"]:
 
 def load_tables_json(path: str | Path) -> dict[str, Schema]:
     """Every entry of a Spider/BIRD tables.json file, keyed by db_id."""
-    from .datasets import read_json_list  # one reader for every JSON input (UTF-8, BOM, errors naming the file)
+    from .datasets import DatasetError, db_id_problem, read_json_list  # one reader for every JSON input
 
     path = Path(path)
     entries = read_json_list(path, "tables.json")
@@ -438,6 +438,9 @@ def load_tables_json(path: str | Path) -> dict[str, Schema]:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict) or "db_id" not in entry:
             raise ValueError(f"{path}: entry {i} has no db_id")
+        problem = db_id_problem(entry["db_id"])  # a list or a path is not a database name
+        if problem:
+            raise DatasetError(f"{path}: entry {i}: {problem}")
         schema = Schema.from_tables_json(entry, source=str(path))
         if schema.db_id in schemas:
             raise ValueError(f"{path}: db_id {schema.db_id!r} appears twice")

@@ -82,3 +82,130 @@ def test_a_database_missing_from_tables_json_is_flagged_at_load_time(tmp_path):
                                            r"'pets_1' \(record \d+\)"):
         load_spider(REAL / "spider_dev.json", check_db=False, tables=path)
     assert len(load_spider(REAL / "spider_dev.json", check_db=False, tables=REAL / "spider_tables.json")) == 1034
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 30, loaders: deep nesting, db_ids that are paths, list db_ids, prediction keys, the separator
+
+
+def test_deeply_nested_json_is_an_error_naming_the_file_not_a_recursion_error(tmp_path):
+    from acesql_lib.executor import load_bird_predictions
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000)
+    for read in (lambda p: load_bird(p, check_db=False), load_tables, load_tables_json, load_bird_predictions,
+                 lambda p: load_synsql(p, check_db=False)):
+        with pytest.raises(DatasetError, match=r"deep\.json: JSON nested too deeply"):
+            read(deep)
+
+
+def _outside_db(tmp_path) -> Path:
+    """A database outside db_root whose table answers the gold: opening it would score."""
+    import sqlite3
+
+    (tmp_path / "elsewhere").mkdir()
+    path = tmp_path / "elsewhere" / "elsewhere.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE secret (x)")
+    con.execute("INSERT INTO secret VALUES (42)")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("db_id", ["ABSOLUTE", "../elsewhere", "shop/../shop", "a\\b", "..", ".", "x" * 300,
+                                   "shop\x00", " shop"])
+def test_a_db_id_that_is_not_a_plain_name_is_refused_naming_the_file_and_record(tmp_path, caplog, db_id):
+    outside = _outside_db(tmp_path)
+    db_id = str(outside.parent) if db_id == "ABSOLUTE" else db_id  # <root>/<abs>/<abs>.sqlite is <abs>.sqlite
+    (tmp_path / "elsewhere.sqlite").write_bytes(outside.read_bytes())
+    root = tmp_path / "dev_databases"
+    (root / "shop").mkdir(parents=True)
+    (root / "shop" / "shop.sqlite").write_bytes(outside.read_bytes())
+    path = _write(tmp_path / "dev.json", [{**BIRD, "db_id": db_id}, {**BIRD, "question_id": 1}])
+    with caplog.at_level(logging.WARNING, logger="acesql_lib.datasets"):
+        result = load_bird(path, root)
+    assert [e.db_id for e in result] == ["shop"]  # the plain one loads; the other never reaches the disk
+    assert result.skipped[0][0] == 0 and "db_id" in result.skipped[0][1]
+    assert any("dev.json: record 0: field 'db_id'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_list_db_id_in_tables_json_is_an_error_naming_the_file_and_entry(tmp_path):
+    entries = json.loads((REAL / "spider_tables.json").read_text())[:2]
+    entries[1] = {**entries[1], "db_id": ["alpha"]}
+    tables = _write(tmp_path / "tables.json", entries)
+    dev = _write(tmp_path / "dev.json", [{**BIRD, "db_id": entries[0]["db_id"]}])
+    with pytest.raises(DatasetError, match=r"tables\.json: entry 1: db_id must be a string, got list"):
+        load_bird(dev, check_db=False, tables=tables)
+    for read in (load_tables, load_tables_json):
+        with pytest.raises(DatasetError, match=r"tables\.json: entry 1: db_id must be a string, got list"):
+            read(tables)
+
+
+@pytest.mark.parametrize("text, bad", [
+    ('{"7": "SELECT 1\\t----- bird -----\\tshop", "07": "SELECT 2\\t----- bird -----\\tshop"}', "'07'"),
+    ('{"\u0663": "SELECT 1\\t----- bird -----\\tshop"}', "'\u0663'"),  # ARABIC-INDIC DIGIT THREE
+    ('{"\u00b3": "SELECT 1\\t----- bird -----\\tshop"}', "'\u00b3'"),  # SUPERSCRIPT THREE
+    ('{" 1": "SELECT 1\\t----- bird -----\\tshop"}', "' 1'"),
+    ('{"-1": "SELECT 1\\t----- bird -----\\tshop"}', "'-1'"),
+])
+def test_prediction_keys_are_ascii_indexes_without_leading_zeros(tmp_path, text, bad):
+    from acesql_lib.executor import load_bird_predictions, read_bird_predictions
+
+    path = tmp_path / "predict_dev.json"
+    path.write_text(text, encoding="utf-8")
+    for read in (load_bird_predictions, read_bird_predictions):
+        with pytest.raises(DatasetError, match=rf"predict_dev\.json: 1 key\(s\) are not question indexes .*{bad}"):
+            read(path)
+
+
+def test_a_duplicate_prediction_key_is_an_error_naming_the_file(tmp_path):
+    from acesql_lib.executor import load_bird_predictions
+
+    path = tmp_path / "predict_dev.json"
+    path.write_text('{"0": "SELECT 1\\t----- bird -----\\tshop", "0": "SELECT 2\\t----- bird -----\\tshop"}')
+    with pytest.raises(DatasetError, match=r"predict_dev\.json: the key '0' appears twice"):
+        load_bird_predictions(path)
+
+
+def test_sql_holding_the_bird_separator_is_written_and_read_back_unchanged(tmp_path):
+    import sqlite3
+
+    from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions, score_bird, write_bird_predictions
+
+    sqls = [f"SELECT x FROM t -- a comment{BIRD_SEPARATOR}db", f"SELECT '{BIRD_SEPARATOR}' || x FROM t", "SELECT x FROM t"]
+    path = tmp_path / "predict_dev.json"
+    write_bird_predictions(path, sqls, ["shop"] * 3)  # raised ValueError before
+    assert read_bird_predictions(path) == {i: (sql, "shop") for i, sql in enumerate(sqls)}
+    root = tmp_path / "dev_databases"
+    (root / "shop").mkdir(parents=True)
+    con = sqlite3.connect(root / "shop" / "shop.sqlite")
+    con.execute("CREATE TABLE t (x)")
+    con.execute("INSERT INTO t VALUES ('v')")
+    con.commit()
+    con.close()
+    gold = [{"question_id": i, "db_id": "shop", "SQL": g, "difficulty": "simple"}
+            for i, g in enumerate(["SELECT x FROM t", f"SELECT '{BIRD_SEPARATOR}v'", "SELECT 'w'"])]
+    _write(tmp_path / "dev.json", gold)
+    for mode in ("kit", "authors", "bird_minidev"):
+        report = score_bird(path, tmp_path / "dev.json", root, progress=False, scoring=mode)
+        assert [s.correct for s in report.scores] == [True, True, False], mode
+    with pytest.raises(ValueError, match=r"prediction 0: db_id 'a/b'"):
+        write_bird_predictions(path, ["SELECT 1"], ["a/b"])
+
+
+def test_a_prediction_or_gold_naming_a_path_never_opens_it(tmp_path):
+    from acesql_lib.executor import BIRD_SEPARATOR, load_bird_gold, score_bird
+
+    outside = _outside_db(tmp_path)
+    root = tmp_path / "dev_databases"
+    (root / "shop").mkdir(parents=True)
+    (root / "shop" / "shop.sqlite").write_bytes(b"")
+    gold = _write(tmp_path / "dev.json", [{"question_id": 0, "db_id": "shop", "SQL": "SELECT x FROM secret"}])
+    pred = tmp_path / "predict_dev.json"
+    pred.write_text(json.dumps({"0": f"SELECT x FROM secret{BIRD_SEPARATOR}{outside.parent}"}))
+    report = score_bird(pred, gold, root, progress=False)
+    assert report.malformed == 1 and not report.scores[0].correct  # the official script would open it and score 1
+    bad_gold = _write(tmp_path / "bad.json", [{"question_id": 0, "db_id": "../elsewhere", "SQL": "SELECT 1"}])
+    with pytest.raises(DatasetError, match=r"bad\.json: record 0: db_id '\.\./elsewhere' contains a path separator"):
+        load_bird_gold(bad_gold)

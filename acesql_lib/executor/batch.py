@@ -62,7 +62,7 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
 def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multiset", timeout_s: float = 30.0,
                 workers: int = 0, progress: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
                 permute_columns: bool = False, max_result_bytes: int = DEFAULT_RESULT_BYTES,
-                in_process: bool = False) -> ScoreList:
+                in_process: bool = False, strict_utf8: bool = False) -> ScoreList:
     """Score (pred_sql, gold_sql, db_path) triples; `ScoreList` of `Score` in input order.
 
     Triples are grouped by (db, gold): a worker executes the gold once, then that group's
@@ -72,7 +72,8 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
     triple is marked "worker died"; one past its hard deadline is killed and that triple is a
     "timeout". A failed gold scores 0 and is counted in `gold_failures`. workers=0 means
     os.cpu_count(). `in_process=True` runs everything in this process (trusted SQL only: no hard
-    deadline, no memory bound). `max_rows` 0 means no row cap.
+    deadline, no memory bound). `max_rows` 0 means no row cap. `strict_utf8`: invalid UTF-8 text
+    in a result makes that SQL an error (the official BIRD evaluators' reading) instead of U+FFFD.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -81,7 +82,7 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
         groups.setdefault((str(db), gold), []).append((i, pred))
     tasks = [_Task(db, gold, preds, mode, permute_columns,
                    mode == "spider" and isinstance(gold, str) and gold_has_order_by(gold), timeout_s, max_rows,
-                   max_result_bytes)
+                   max_result_bytes, strict_utf8=strict_utf8)
              for (db, gold), preds in groups.items()]
     # Largest groups first so one long group does not finish last on its own.
     tasks.sort(key=lambda t: -len(t.preds))

@@ -393,7 +393,7 @@ def _fetch(conn: SandboxConnection, sql: str, max_rows: int, max_result_bytes: i
 
 def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
                  max_result_bytes: int = DEFAULT_RESULT_BYTES, conn: SandboxConnection | None = None,
-                 deadline: float | None = None, role: str = "pred") -> ExecResult:
+                 deadline: float | None = None, role: str = "pred", strict_utf8: bool = False) -> ExecResult:
     """Run one untrusted SQL statement on `db_path` (read-only) in this process and never raise.
 
     status: ok | error | timeout (deadline hit inside SQLite's VM, the query is stopped) | too_large
@@ -401,6 +401,8 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     ATTACH, PRAGMA, a function off the allowlist, or several statements). `deadline` (monotonic
     clock) overrides start + timeout_s, so phases before this one (a shape probe) share one budget.
     `role` picks the cached connection ("gold" for a gold, so no prediction shares its connection).
+    Text that is not valid UTF-8 is read as U+FFFD, or with `strict_utf8` is an error (as Python's
+    sqlite3 without a text_factory, the official BIRD evaluators' reading).
     Compilation and single long function calls are NOT bounded here: see the module docstring.
     """
     start = time.monotonic()
@@ -431,7 +433,7 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
             try:
                 rows, columns = _fetch(conn, sql, max_rows, max_result_bytes)
             except sqlite3.OperationalError as e:
-                if "Could not decode to UTF-8" not in str(e) or hit[0]:
+                if "Could not decode to UTF-8" not in str(e) or hit[0] or strict_utf8:
                     raise
                 # Rare invalid UTF-8: run again decoding with U+FFFD (the default str decoder is 4x faster).
                 conn.text_factory = _DECODE_REPLACE

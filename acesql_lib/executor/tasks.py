@@ -55,6 +55,7 @@ class _Task:
     max_result_bytes: int = DEFAULT_RESULT_BYTES
     gold_known: tuple[str, str] | None = None  # (status, error) when the gold already failed
     kind: str = "score"
+    strict_utf8: bool = False  # invalid UTF-8 text in a result is an error, not U+FFFD (scoring.ScoringRule)
 
 
 class _Clock:
@@ -88,7 +89,7 @@ def _execute(task: _Task, sql: str, deadline: float, probe_width: int | None = N
             return ExecResult("wrong_shape", error=f"returns {got} column(s), the gold's rows have {probe_width}: "
                                                    "cannot match, so it was compiled but not run")
     return execute_here(task.db_path, sql, task.timeout_s, task.max_rows, task.max_result_bytes, deadline=deadline,
-                        role=role)
+                        role=role, strict_utf8=task.strict_utf8)
 
 
 def _timed_execute(task: _Task, sql: str, clock: _Clock, role: str = "pred") -> ExecResult:
@@ -105,7 +106,7 @@ def _gold_result(task: _Task, clock: _Clock) -> ExecResult:
     try:
         st = os.stat(task.db_path)
         key = (os.path.abspath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.max_rows,
-               task.max_result_bytes)
+               task.max_result_bytes, task.strict_utf8)
     except OSError:
         key = None
     if key is not None and key in _GOLD_CACHE:
