@@ -403,7 +403,12 @@ class EvalConfig:
     max_new_tokens: int = 8192  # the generator (SQL) pass
     retriever_max_new_tokens: int = 4096  # 0 = max_new_tokens
     max_model_len: int = 8192  # the evaluation engine's context (prompt + output); engine.max_model_len is training's
-    exec_timeout_s: float = 30.0
+    exec_timeout_s: float = 30.0  # seconds per SQL: Spider-format sets, and BIRD-format sets under scoring "kit"
+    # How BIRD-format sets are scored (executor/scoring.py): "authors" (paper: their EVAL/evaluation_maj.py; a
+    # prediction without SQL runs as no rows and matches an empty gold result, invalid UTF-8 text scores 0,
+    # 300 s per SQL), "bird_original" / "bird_minidev" (the BIRD releases' evaluators, 30 s), "kit" (no SQL
+    # scores 0, invalid UTF-8 read as U+FFFD, exec_timeout_s; the tiny profile)
+    scoring: str = "authors"
     max_examples: int = 0  # 0 = whole set
     workers: int = 0  # executor processes; 0 = number of CPU cores
     retriever_parser: str = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
@@ -419,6 +424,9 @@ class EvalConfig:
     def __post_init__(self) -> None:
         _check(self.retriever_parser in ("authors", "kit"), "eval.retriever_parser", "must be authors or kit")
         _check(self.generator_parser in ("authors", "kit"), "eval.generator_parser", "must be authors or kit")
+        from .executor.scoring import SCORINGS
+
+        _check(self.scoring in SCORINGS, "eval.scoring", f"must be one of {', '.join(SCORINGS)}, got {self.scoring!r}")
         self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, "eval.sets", "<profile>") for s in self.sets]
         unknown = [n for n in self.ablation_sets if n not in {s.name for s in self.sets}]
         _check(not unknown, "eval.ablation_sets", f"names not in eval.sets: {unknown}")

@@ -7,7 +7,10 @@ reads the full schema and lists columns; its parsed list prunes the schema
 block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
 role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
 (`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
-gold has ORDER BY). Errors and timeouts score 0. Which SQL is executed and which columns prune the
+gold has ORDER BY). Errors and timeouts score 0. BIRD-format sets are scored by the rule
+`eval.scoring` names (`executor.scoring`: paper "authors", their EVAL/evaluation_maj.py, where a
+prediction without SQL runs as no rows and matches an empty gold result and invalid UTF-8 text
+scores 0; tiny "kit"). Which SQL is executed and which columns prune the
 schema follow `eval.generator_parser` / `eval.retriever_parser` (paper profile: the authors'
 evaluation scripts, `prompts.parse_generator_eval` / `parse_retriever_eval`; "kit": the last closed
 sql block after the think block, so an output without one scores 0).
@@ -163,12 +166,18 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
              mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
              engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True,
-             relevant_values: bool = True) -> EvalResult:
+             relevant_values: bool = True, scoring: str | None = None) -> EvalResult:
     """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`; files go to `out_dir`.
 
     `schemas` maps db_id to its Schema; `mode` is the executor's compare mode ("set" for BIRD,
     "spider" for Spider). `gold_schema_pass` adds the third pass behind Generator Ability.
+    `scoring` (`executor.scoring`): None = `eval.scoring` in BIRD's set mode, "kit" otherwise; its
+    timeout replaces `eval.exec_timeout_s` when the rule has one (authors: 300 s).
     """
+    from .executor.scoring import rule as scoring_rule
+
+    scoring = scoring if scoring is not None else (cfg.eval.scoring if mode == "set" else "kit")
+    timeout_s = scoring_rule(scoring).timeout_s or cfg.eval.exec_timeout_s
     missing = sorted({ex.db_id for ex in examples} - set(schemas))
     if missing:
         raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
@@ -206,8 +215,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
                        desc=f"{stage} generator (gold schema)", **run)
     gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
     # 4. execute everything in one batch
-    execute_rollouts([*rolls, *gold_rolls], compare_mode=mode, timeout_s=cfg.eval.exec_timeout_s,
-                     workers=cfg.eval.workers, progress=progress)
+    execute_rollouts([*rolls, *gold_rolls], compare_mode=mode, timeout_s=timeout_s,
+                     workers=cfg.eval.workers, progress=progress, scoring=scoring)
     o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
     gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
 
@@ -231,7 +240,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
             "alt_route": alternative_route(correct, pred_cols, gold_cols),
             "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
         })
-    metrics = {"stage": stage, "set": set_name, "mode": mode, **summarize(records),
+    metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, **summarize(records),
                "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
     result = EvalResult(metrics, records)
     if out_dir is not None:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from .datasets import Example
 from .engines import Completion, Engine
 from .executor import score_batch
+from .executor.scoring import rule as scoring_rule, sql_to_run
 from .prompts import generator_messages, parse_generator, parse_retriever, question_text, retriever_messages
 from .routes import is_match
 from .schema import Schema
@@ -339,22 +340,28 @@ def normalise_sql(sql: str | None, rule: str = "keep") -> str | None:
 
 def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "multiset", timeout_s: float = 30.0,
                      workers: int = 0, progress: bool = False, sql_whitespace: str = "keep",
-                     bare_table_columns: str = "anchor") -> None:
+                     bare_table_columns: str = "anchor", scoring: str = "kit") -> None:
     """§4 step 4: one executor batch for every generator sample; sets matches, statuses, match sets.
 
     Both SQLs run as `normalise_sql(..., sql_whitespace)` writes them; the column sets are read from
-    the SQL as the model wrote it (as the authors extract columns from the un-collapsed text)."""
-    items = [(normalise_sql(p.sql, sql_whitespace), normalise_sql(r.task.example.sql, sql_whitespace),
+    the SQL as the model wrote it (as the authors extract columns from the un-collapsed text).
+    `scoring` (`executor.scoring`, evaluation's `eval.scoring`): "kit" (training and the tiny
+    profile) never matches a prediction without SQL and reads invalid UTF-8 as U+FFFD; the
+    official rules run a statement-less prediction as no rows (a match when the gold has none) and
+    score a result holding invalid UTF-8 text 0."""
+    sc = scoring_rule(scoring)
+    items = [(sql_to_run(normalise_sql(p.sql, sql_whitespace), sc), normalise_sql(r.task.example.sql, sql_whitespace),
               r.task.example.db_path) for r in rollouts for p in r.generator.parses]
     with phase("execution"):
         scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
-                             progress=progress) if items else []
+                             progress=progress, strict_utf8=sc.strict_utf8) if items else []
     k = 0
     for r in rollouts:
         n = len(r.generator.parses)
         chunk = scores[k:k + n]
         k += n
-        r.matches = [is_match(s.correct, p.sql) for s, p in zip(chunk, r.generator.parses)]
+        r.matches = [bool(s.correct) if sc.blank_runs else is_match(s.correct, p.sql)
+                     for s, p in zip(chunk, r.generator.parses)]
         r.exec_status = [s.pred_status for s in chunk]
         r.match_sets = [r.task.columns_of(p.sql, bare_table_columns) if m else None
                         for p, m in zip(r.generator.parses, r.matches)]

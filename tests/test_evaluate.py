@@ -286,3 +286,39 @@ def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_di
     assert budgets[0] == 12 and set(budgets[1:]) == {40}  # retriever pass, then the generator passes
     assert all(r["retriever_tokens"] <= 12 for r in result.records)
     assert any(r["generator_tokens"] > 12 for r in result.records)  # an untrained model runs to its budget
+
+
+def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_crash(bird_dir, tmp_path):
+    """eval.scoring: under "authors" (the paper profile; EVAL/evaluation_maj.py) a prediction without
+    SQL runs as no rows and matches a gold with none; under "kit" (tiny) it scores 0. A model SQL that
+    holds the BIRD separator is written to predict_dev.json and read back unchanged (it raised)."""
+    from acesql_lib.engines import Completion, Engine
+    from acesql_lib.executor import BIRD_SEPARATOR
+
+    assert load_config("paper").eval.scoring == "authors" and load_config("rehearsal").eval.scoring == "authors"
+    assert load_config("tiny").eval.scoring == "kit"
+    tricky = f"SELECT name FROM singer -- note{BIRD_SEPARATOR}x"
+    records = [{"question_id": 0, "db_id": "concerts", "question": "Who is older than 100?", "evidence": "",
+                "SQL": "SELECT name FROM singer WHERE age > 100", "difficulty": "simple"},
+               {"question_id": 1, "db_id": "concerts", "question": "Name every singer.", "evidence": "",
+                "SQL": "SELECT name FROM singer", "difficulty": "simple"}]
+    (tmp_path / "dev.json").write_text(json.dumps(records))
+    examples = list(load_bird(tmp_path / "dev.json", bird_dir / "dev_databases"))
+    schemas = schemas_for(examples)
+
+    class Fixed(Engine):
+        def generate(self, prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=256, seed=None):
+            return [[Completion("" if "older than 100" in p else f"```sql\n{tricky}\n```", [1], 1, False)] * n
+                    for p in prompts]
+
+    tok = _tokenizer([r["question"] for r in records] + [schemas["concerts"].to_ddl()])
+    got = {}
+    for scoring in ("kit", "authors"):
+        cfg = load_config("tiny", {"eval.scoring": scoring, "engine.hf_batch_size": 8, "eval.workers": 1})
+        out = tmp_path / scoring
+        result = evaluate(None, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=out, set_name="dev",
+                          engine=Fixed(), progress=False)
+        got[scoring] = [r["correct"] for r in result.records]
+        assert result.metrics["scoring"] == scoring
+        assert read_bird_predictions(out / "predict_dev.json") == {0: ("", "concerts"), 1: (tricky, "concerts")}
+    assert got == {"kit": [False, True], "authors": [True, True]}

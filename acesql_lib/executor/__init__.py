@@ -10,22 +10,24 @@ SQL is treated as untrusted:
 - `batch`: `execute` and `score_batch` run that SQL in worker processes (`workers`, running
   `tasks`) under a hard deadline (a compile, a single function call or a comparison that cannot
   be interrupted is stopped by killing the worker) and an address-space cap, each distinct gold once;
-- `bird`: the official prediction format and `python -m acesql_lib.executor`, BIRD's scoring rule.
+- `bird`: the official prediction format and `python -m acesql_lib.executor`, BIRD's scoring rule;
+- `scoring`: the BIRD scoring rules by name (kit, authors, bird_original, bird_minidev).
 """
-from . import batch, bird, compare, sandbox, tasks, workers
+from . import batch, bird, compare, sandbox, scoring, tasks, workers
 from .batch import execute, score_batch
 from .tasks import HARD_FACTOR, HARD_MARGIN_S, WORKER_MEMORY_BYTES, Score, ScoreList
 from .workers import WorkerStartupError, shared_pool, shutdown_pool
 from .bird import (BIRD_SEPARATOR, BirdReport, bird_ex_by_difficulty, score_bird, load_bird_gold, load_bird_predictions, main,
                    read_bird_predictions, write_bird_predictions)
 from .compare import MODES, ComparisonTimeout, gold_has_order_by, rows_match
+from .scoring import SCORINGS
 from .sandbox import (ALLOWED_FUNCTIONS, DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, HARD_HEAP_BYTES, MAX_SQL_BYTES,
                       MAX_VALUE_BYTES, STATUSES, VALID_STATUSES, DatabaseOpenError, ExecResult, check_sql,
                       count_statements, execute_here, open_readonly, result_width, statement_kind)
 
 __all__ = ["ALLOWED_FUNCTIONS", "BIRD_SEPARATOR", "BirdReport", "ComparisonTimeout", "DEFAULT_MAX_ROWS", "DEFAULT_RESULT_BYTES", "DatabaseOpenError",
            "ExecResult", "HARD_FACTOR", "HARD_HEAP_BYTES", "HARD_MARGIN_S", "MAX_SQL_BYTES", "MAX_VALUE_BYTES",
-           "MODES", "STATUSES", "Score", "ScoreList", "VALID_STATUSES", "WORKER_MEMORY_BYTES", "bird_ex_by_difficulty",
+           "MODES", "SCORINGS", "STATUSES", "Score", "ScoreList", "VALID_STATUSES", "WORKER_MEMORY_BYTES", "bird_ex_by_difficulty",
            "check_sql", "count_statements", "execute", "execute_here", "gold_has_order_by", "load_bird_gold",
            "load_bird_predictions", "main", "open_readonly", "read_bird_predictions", "result_width", "rows_match",
            "score_batch", "score_bird", "shared_pool", "shutdown_pool", "statement_kind", "WorkerStartupError",
