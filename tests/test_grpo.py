@@ -21,6 +21,7 @@ from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.timing import PHASES_LOG
+from launching import accelerate_launch
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,8 +139,7 @@ def test_two_processes_make_the_single_process_update(template, tmp_path):
     single = subprocess.run([sys.executable, str(script), "collect-and-single"], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=600)
     assert single.returncode == 0, single.stderr[-3000:]
-    launch = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                             str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), str(script), "distributed"],
+    launch = subprocess.run(accelerate_launch("configs/accelerate/cpu_2proc.yaml", str(script), "distributed"),
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert launch.returncode == 0, launch.stderr[-3000:]
     one, two = torch.load(run / "single.pt"), torch.load(run / "distributed.pt")
@@ -157,8 +157,7 @@ def test_two_processes_make_the_single_process_update(template, tmp_path):
 def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_last_good_checkpoint(template, tmp_path):
     run = fresh_run(template, tmp_path, "nan2")
     script = Path(__file__).with_name("nan_rank_check.py")
-    done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                           str(REPO / "configs" / "accelerate" / "cpu_2proc.yaml"), str(script)],
+    done = subprocess.run(accelerate_launch("configs/accelerate/cpu_2proc.yaml", str(script)),
                           cwd=REPO, env={**os.environ, "ACESQL_RUN": str(run)}, capture_output=True, text=True,
                           timeout=300)  # a hang fails here
     assert done.stdout.count("stopped: step 1: non-finite loss") == 2, done.stdout + done.stderr[-3000:]

@@ -20,6 +20,7 @@ from acesql_lib.datasets import load_synsql, schemas_for
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.tinybase import gold_samples
 from acesql_lib.tinyworld import TinyWorld
+from launching import accelerate_launch
 
 REPO = Path(__file__).resolve().parent.parent
 CFG = load_config("rehearsal")
@@ -31,8 +32,7 @@ def run(tmp_path_factory) -> Path:
 
 
 def launch(accelerate_config: str, module: str, *args: str) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / accelerate_config),
-            "-m", module, *args]
+    return accelerate_launch(accelerate_config, "-m", module, *args)
 
 
 def test_sft_launch_runs_two_processes(run, tmp_path):
@@ -66,9 +66,10 @@ def test_grpo_launch_two_processes_resumes_after_a_kill(run, tmp_path):
     while not marker.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     if not marker.exists():
-        err = proc.stderr.read() if proc.poll() is not None else ""
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"no checkpoint-1 before the kill: {err[-3000:]}")
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"no checkpoint-1 before the kill (exit {proc.returncode}): {err[-3000:]}")
     os.killpg(proc.pid, signal.SIGKILL)  # a crash of the whole launch: no handler runs on any rank
     proc.wait()
     assert not (out / "final").exists()
