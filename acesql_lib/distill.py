@@ -371,7 +371,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
                                        cfg.data.example_max_chars, cfg.data, Path(paths.run) / "values_index"),
                             d.exec_timeout_s)
     model, tokenizer = load_policy(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
-    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path)
+    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
     try:
         records = run_distillation(cfg, tasks, engine, tokenizer, out, style=cfg.model.prompt_style,
                                    progress=progress, model=model_tag(model_path))

@@ -360,7 +360,10 @@ def count_tokens(by_role: Mapping[str, Sequence[Sequence[Completion]]]) -> list[
 
 def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model_path: str | Path | None = None,
                 dtype: str = "bfloat16", seed: int = 0) -> Engine:
-    """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced."""
+    """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced.
+
+    `dtype` is the engine's compute dtype: pass `cfg.model.dtype` (the inference dtype; float32 on CPU,
+    where a bf16 engine would not reproduce the fp32 policy's greedy tokens)."""
     if cfg.kind == "hf":
         return HFEngine.from_config(cfg, model, tokenizer)
     if model_path is None:

@@ -336,8 +336,44 @@ def eval_engine_config(cfg: Config) -> Any:
     return dataclasses.replace(cfg.engine, max_model_len=cfg.eval.max_model_len)
 
 
+class LoadedCheckpoint:
+    """One checkpoint's model, tokenizer and evaluation engine, loaded at the first `get()` and shared by
+    every set evaluated from it (`evaluate_sets`): a vLLM engine starts once per checkpoint, not once per set."""
+
+    def __init__(self, cfg: Config, model_path: str | Path):
+        self.cfg, self.model_path, self._loaded = cfg, model_path, None
+
+    def get(self) -> tuple[Any, Any, Any]:
+        if self._loaded is None:
+            from .models import load_policy
+
+            model, tokenizer = load_policy(self.model_path, self.cfg.model.dtype, self.cfg.model.device)
+            model.eval()
+            engine = make_engine(eval_engine_config(self.cfg), model, tokenizer, model_path=self.model_path,
+                                 dtype=self.cfg.model.dtype, seed=self.cfg.seed)
+            self._loaded = (model, tokenizer, engine)
+        return self._loaded
+
+    def close(self) -> None:
+        if self._loaded is not None:
+            self._loaded[2].close()
+            self._loaded = None
+
+
+def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: Sequence[EvalSet | str], stage: str,
+                  progress: bool = True) -> dict[str, EvalResult]:
+    """`evaluate_set` for each of `eval_sets`, with one model and one engine for all of them (loaded only if
+    some set is not read back from the evaluation cache); results by set name, in the order given."""
+    checkpoint = LoadedCheckpoint(cfg, model_path)
+    try:
+        return {s if isinstance(s, str) else s.name: evaluate_set(cfg, paths, model_path, s, stage, progress,
+                                                                    checkpoint=checkpoint) for s in eval_sets}
+    finally:
+        checkpoint.close()
+
+
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
-                 progress: bool = True) -> EvalResult:
+                 progress: bool = True, checkpoint: LoadedCheckpoint | None = None) -> EvalResult:
     """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.
 
     With `eval.reuse` (default) an evaluation whose `eval_key` matches one already made in this run folder
@@ -362,17 +398,17 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
         result.files = write_outputs(result, eval_set.name)
         return result
     examples, schemas = load_eval_set(cfg, eval_set)
-    model, tokenizer = load_policy(model_path, cfg.model.dtype, cfg.model.device)
-    model.eval()
-    engine = make_engine(eval_engine_config(cfg), model, tokenizer, model_path=model_path, dtype=cfg.model.dtype,
-                         seed=cfg.seed)
+    own = checkpoint is None  # a checkpoint handed in is the caller's to close
+    checkpoint = checkpoint or LoadedCheckpoint(cfg, model_path)
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
+        model, tokenizer, engine = checkpoint.get()
         result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,
                           set_name=eval_set.name, engine=engine, progress=progress,
                           relevant_values=eval_set.relevant_values)
     finally:
-        engine.close()
+        if own:
+            checkpoint.close()
     result.metrics["reused"] = False
     result.files["metrics"].write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
     _store(entry, key_text, result)
@@ -389,12 +425,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
     ap.add_argument("--set", action="append", default=None, help="eval set name (default: every configured set)")
     args = ap.parse_args(argv)
     ctx = RunContext.create(args.profile)
-    results = {}
-    for s in ctx.cfg.eval.sets:
-        if args.set and s.name not in args.set:
-            continue
-        r = evaluate_set(ctx.cfg, ctx.paths, args.model, s, args.stage)
-        results[s.name] = r
+    chosen = [s for s in ctx.cfg.eval.sets if not args.set or s.name in args.set]
+    results = evaluate_sets(ctx.cfg, ctx.paths, args.model, chosen, args.stage)
+    for s in chosen:
+        r = results[s.name]
         print(json.dumps({"set": s.name, "ex": round(r.ex, 2), "n": r.metrics["n"],
                           "tokens_per_question": round(r.metrics["tokens_per_question"], 1),
                           "out_dir": str(r.out_dir)}))

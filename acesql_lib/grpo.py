@@ -719,7 +719,8 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
-    engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model))
+    engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model), dtype=cfg.model.dtype,
+                         seed=cfg.seed)
     style = cfg.model.prompt_style  # the one place a prompt style is read
     out = paths.grpo_run(variant)
     if accelerator.is_main_process:

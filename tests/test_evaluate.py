@@ -10,7 +10,7 @@ import pytest
 
 from acesql_lib.config import EvalSet, load_config
 from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_set, ex_by_difficulty, generator_ability,
+from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
                                  retrieval_metrics, summarize, token_metrics)
 from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions
 from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
@@ -186,6 +186,44 @@ def test_evaluate_set_loads_a_saved_checkpoint_and_writes_under_the_run(bird_dir
     assert m["retriever_n"] == 3 and m["retriever_ability"] is not None
     with pytest.raises(KeyError, match="not in eval.sets"):
         evaluate_set(cfg, paths, tmp_path / "model", "no_such_set", stage="random")
+
+
+def test_the_sets_of_one_checkpoint_share_one_model_and_one_engine_and_score_as_one_at_a_time(bird_dir, tmp_path,
+                                                                                              monkeypatch):
+    """Notebooks 05 and 06 evaluate each checkpoint on every set through `evaluate_sets`: one load and one
+    engine start per checkpoint (a vLLM engine takes seconds to start), none when every set is read back,
+    and the same records as evaluating each set on its own."""
+    import dataclasses
+
+    import acesql_lib.evaluate as ev
+
+    cfg = _cfg()
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=False))
+    _saved_random_model(bird_dir, tmp_path / "model")
+    sets = [EvalSet(name, "bird", str(bird_dir / "dev.json"), "", str(bird_dir / "dev_databases"))
+            for name in ("first", "second", "third")]
+    paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
+    alone = {s.name: evaluate_set(cfg, paths, tmp_path / "model", s, stage="alone", progress=False) for s in sets}
+    engines, closed = [], []
+    real = ev.make_engine
+
+    def counted(*a, **k):
+        engine = real(*a, **k)
+        engines.append(engine)
+        close = engine.close
+        engine.close = lambda: closed.append(engine) or close()
+        return engine
+
+    monkeypatch.setattr(ev, "make_engine", counted)
+    together = evaluate_sets(cfg, paths, tmp_path / "model", sets, stage="together", progress=False)
+    assert list(together) == ["first", "second", "third"]
+    assert len(engines) == 1 and closed == engines  # one engine for the three sets, closed at the end
+    for name, result in together.items():
+        assert result.records == alone[name].records and result.metrics["set"] == name
+        assert result.out_dir == tmp_path / "run" / "eval" / "together" / name
+    cached = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=True))
+    read_back = evaluate_sets(cached, paths, tmp_path / "model", sets, stage="cached", progress=False)
+    assert len(engines) == 1 and all(r.metrics["reused"] for r in read_back.values())  # no load, no engine
 
 
 def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bird_dir, tmp_path, monkeypatch):
