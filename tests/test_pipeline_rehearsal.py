@@ -9,17 +9,22 @@ model is the rehearsal's own (16 questions learnt by heart in 320 steps), so dis
 correct rollouts: the shipped `data/rehearsal_base/`, copied in as `make reproduce PROFILE=rehearsal`
 copies it (tests/test_tinybase_prebuilt.py fails when it no longer matches the code). The data
 roots move into the test's folder, so `make reproduce PROFILE=rehearsal` is never touched.
+
+It runs as `make reproduce PROFILE=rehearsal` does: under .venv-vllm (tests/vllm_env.py) with
+`engine.kind: vllm`, so distillation, GRPO (rollouts, in-place weight loads, validation) and evaluation
+all draw from colocated vLLM engines, and the metrics of notebooks 02, 04 and 05 must say so.
 """
 import json
+import subprocess
 
 import pytest
 
 from acesql_lib.config import load_config
-from acesql_lib.pipeline import run_pipeline
 from acesql_lib.preflight import MISSING
 from pipeline_checks import NOTEBOOKS, assert_every_artefact, table_rows
+from vllm_env import REPO_ROOT, vllm_env, vllm_python
 
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.vllm]
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 SMOKE = {"grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 2}
@@ -30,12 +35,16 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
     data = {f"data.{r}": str(tmp_path / "data" / r.replace("_dir", "") / ("dev_20240627" if r == "bird_dev_dir" else ""))
             for r in ROOTS}
     over = {"run_dir": str(tmp_path / "run"), "reports_dir": str(reports),
-            "data.tinyworld_dir": str(tmp_path / "world"), **data, **SMOKE}
+            "data.tinyworld_dir": str(tmp_path / "world"), **data, **SMOKE, "engine.kind": "vllm"}
     cfg = load_config("rehearsal", over)
     sets = [s.name for s in cfg.eval.sets]
     assert sets == ["bird_dev", "spider_dev", "spider_test", "spider_dk", "spider_syn", "spider_realistic"]
-    runs = run_pipeline("rehearsal", overrides=over, progress=False)
-    assert [r.name for r in runs] == NOTEBOOKS and all(r.status == "ok" for r in runs)
+    python = vllm_python()
+    done = subprocess.run([str(python), "-m", "acesql_lib.pipeline", "--profile", "rehearsal", "--no-progress",
+                           "--set", *(f"{k}={v}" for k, v in over.items())],
+                          cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert sorted(p.stem for p in (reports / "executed").glob("*.ipynb")) == NOTEBOOKS
     base = json.loads((tmp_path / "run" / "models" / "base" / "tiny_base_manifest.json").read_text())
     assert base["prebuilt_from"] == cfg.model.tiny_base_prebuilt == "data/rehearsal_base"  # shipped, not built
 
@@ -44,6 +53,7 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
     assert checks and not [c for c in checks if c["status"] == MISSING], checks
     assert {c["area"] for c in checks} >= {"data", "model", "hardware", "packages", "disk", "stages"}
     distill = m("02_self_distillation")
+    assert distill["engine"] == m("04_joint_grpo")["engine"] == "vllm"  # what drew the samples
     assert distill["questions"] == cfg.filtering.target_size and distill["questions_with_correct"] > 0
     assert distill["rl_train"] > 0
     assert m("04_joint_grpo")["steps"] == SMOKE["grpo.max_steps"]
@@ -53,6 +63,7 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
         assert set(stage) >= set(sets)
         for name in sets:
             assert stage[name]["n"] == SMOKE["eval.max_examples"] and 0 <= stage[name]["ex"] <= 100, (name, stage[name])
+            assert stage[name]["engine"] == "vllm", (name, stage[name])
 
     assert_every_artefact(reports)
     # this run's rows: Table 1, the efficiency table and the robustness table (Table 3) hold the RL
