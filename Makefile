@@ -21,7 +21,7 @@ ENGINE ?= $(if $(filter $(PROFILE),rehearsal),vllm,)
 VLLM_PY := .venv-vllm/bin/python
 REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
 
-.PHONY: lab lock venv reproduce test test-fast vllm-venv bench clean-reports strip readme-results study ship-base
+.PHONY: lab lock venv reproduce test test-gpu test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -69,8 +69,12 @@ readme-results: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# The checks that need a CUDA GPU (tests/test_gpu.py); scripts/gpu_checks.sh runs them and writes the figures.
+test-gpu: $(STAMP)
+	$(PY) -m pytest -q -m gpu tests/test_gpu.py $(PYTEST_ARGS)
+
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not vllm and not notebook and not registry" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not slow and not gpu and not vllm and not notebook and not registry" $(PYTEST_ARGS)
 
 # JupyterLab from the kit's environment on notebooks/ (kernel python3 = this .venv), to step through by hand.
 lab: $(STAMP)

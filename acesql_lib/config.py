@@ -315,6 +315,9 @@ class GRPOConfig:
     micro_batch_size: int = 8  # sequences per forward/backward pass ("global_token_mean"; memory, not maths)
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
     gradient_checkpointing: bool = True  # authors (RL/trainer/config/model/hf_model.yaml): layer activations recomputed
+    # memory, not maths: the loss's fp32 log-softmax over the vocabulary taken this many completion positions at a
+    # time and recomputed in the backward pass (0 = the whole micro-batch at once); the values are the same
+    logprob_chunk_tokens: int = 1024
     val_every: int = 40  # §4.11
     val_temperature: float = 0.8  # §4.11
     # §4.11 silent; authors (RL/trainer/validation_correct.py): validation runs the training rollout, 8 retriever
@@ -359,6 +362,7 @@ class GRPOConfig:
         _check(self.loss_agg in ("micro_token_mean", "global_token_mean"), "grpo.loss_agg",
                "must be micro_token_mean (authors) or global_token_mean")
         _check(self.micro_batch_tokens >= 1, "grpo.micro_batch_tokens", "must be >= 1")
+        _check(self.logprob_chunk_tokens >= 0, "grpo.logprob_chunk_tokens", "must be >= 0 (0 = no chunks)")
         _check(self.report_to in TRACKERS, "grpo.report_to", f"must be one of {TRACKERS}, got {self.report_to!r}")
         _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
                "batch and group sizes must be > 0")

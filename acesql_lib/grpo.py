@@ -173,13 +173,32 @@ def _pad_batch(prompts: Sequence[list[int]], completions: Sequence[list[int]], p
     return ids.to(device), attn.to(device), pos.to(device), cmask.to(device), c_len
 
 
-def completion_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
-                        c_len: int) -> torch.Tensor:
-    """Log-probability of each completion token, [b, c_len]."""
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=c_len + 1).logits
-    logits = logits[:, :-1].float()
-    target = ids[:, -c_len:]
+def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[target] per row, in fp32 whatever the logits' dtype."""
+    logits = logits.float()
     return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def completion_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
+                        c_len: int, chunk_tokens: int = 0) -> torch.Tensor:
+    """Log-probability of each completion token, [b, c_len].
+
+    The model's logits (bf16 under mixed precision) are kept for the completion's positions only. With
+    `chunk_tokens` > 0 their fp32 log-softmax is taken `chunk_tokens` positions at a time, each chunk
+    recomputed in the backward pass instead of saved (`grpo.logprob_chunk_tokens`): the fp32 copy of the
+    b x c_len x vocabulary logits, its softmax and its gradient never exist whole. Every row's value is the
+    one the whole-tensor computation gives (the reduction runs along the vocabulary, row by row)."""
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=c_len + 1).logits
+    logits, target = logits[:, :-1], ids[:, -c_len:]
+    if chunk_tokens <= 0 or logits.shape[0] * c_len <= chunk_tokens:
+        return _token_logprobs(logits, target)
+    width = max(1, chunk_tokens // logits.shape[0])  # positions per chunk; split along them (its backward is one cat)
+    pieces = zip(logits.split(width, dim=1), target.split(width, dim=1))
+    if torch.is_grad_enabled() and logits.requires_grad:
+        from torch.utils.checkpoint import checkpoint
+
+        return torch.cat([checkpoint(_token_logprobs, x, t, use_reentrant=False) for x, t in pieces], dim=1)
+    return torch.cat([_token_logprobs(x, t) for x, t in pieces], dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,28 +318,8 @@ class JointGRPO:
         # The authors' norm-equalised PCGrad sets both loss scales to 1.0 (RL/third_party/verl/workers/actor/dp_actor.py)
         equalised = g.pcgrad == "norm_equalised" and g.schedule == "authors"
         w_gen = 1.0 if equalised else gen_weight(step, self.total_steps, g.gen_schedule_ratio, g.schedule)
-        self.model.train()
-        ret_batch = self._role_batch(rolls, "retriever", a_ret)
-        gen_batch = self._role_batch(rolls, "generator", a_gen)
-        m_ret = self._backward(ret_batch, weight=1.0)
-        saved = save_grads(self.params)  # the one extra gradient copy PCGrad needs
-        m_gen = self._backward(gen_batch, weight=w_gen)
-        losses = {"retriever": m_ret["loss"], "generator": m_gen["loss"]}
-        # every rank decides together: one rank alone in save_checkpoint (barriers, gathers) while the others
-        # enter PCGrad's all-reduce would hang the launch
-        if _any_rank(self.acc, not all(math.isfinite(v) for v in losses.values())):
-            self.save_checkpoint()  # parameters are still those of the last good step
-            raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
-                                f"saved in {self.out}; lower grpo.learning_rate or check the data")
-        pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded(), eps=g.pcgrad_eps,
-                                max_ratio=g.pcgrad_max_ratio)
-        grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
-        if self.record_grads:
-            self.last_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                               for p in self.params]
-        self.optimizer.step()
-        self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        m_ret, m_gen, pc, grad_norm = self.optimize(self._role_batch(rolls, "retriever", a_ret),
+                                                    self._role_batch(rolls, "generator", a_gen), w_gen, step)
 
         # -- 11. the engine samples from the updated policy next step
         self.engine.sync_weights(self.unwrapped)
@@ -334,6 +333,33 @@ class JointGRPO:
         metrics = _mean_over_ranks(self.acc, metrics)
         return StepReport(step, rolls, targets, pool_before, pool_after, {"retriever": r_ret, "generator": r_gen},
                           {"retriever": a_ret, "generator": a_gen}, metrics)
+
+    def optimize(self, ret_batch: RoleBatch, gen_batch: RoleBatch, w_gen: float, step: int
+                 ) -> tuple[dict[str, float], dict[str, float], Any, float]:
+        """§4 steps 8-10: the two roles' backward passes, PCGrad, clipping, one AdamW step (collectives inside)."""
+        g = self.g
+        self.model.train()
+        m_ret = self._backward(ret_batch, weight=1.0)
+        saved = save_grads(self.params)  # the one extra gradient copy PCGrad needs
+        m_gen = self._backward(gen_batch, weight=w_gen)
+        losses = {"retriever": m_ret["loss"], "generator": m_gen["loss"]}
+        # every rank decides together: one rank alone in save_checkpoint (barriers, gathers) while the others
+        # enter PCGrad's all-reduce would hang the launch
+        if _any_rank(self.acc, not all(math.isfinite(v) for v in losses.values())):
+            self.save_checkpoint()  # parameters are still those of the last good step
+            raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
+                                f"saved in {self.out}; lower grpo.learning_rate or check the data")
+        pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded(), eps=g.pcgrad_eps,
+                                max_ratio=g.pcgrad_max_ratio)
+        del saved  # combined into .grad: not held through the optimizer step
+        grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
+        if self.record_grads:
+            self.last_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                               for p in self.params]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return m_ret, m_gen, pc, grad_norm
 
     def _retriever_reward(self, r: QuestionRollout, parse: Any, n_tokens: int, targets: list[frozenset[str]],
                           pool_weights: dict[frozenset[str], float]) -> float:
@@ -386,9 +412,9 @@ class JointGRPO:
                                                       [batch.completion_ids[i] for i in rows],
                                                       self.tokenizer.pad_token_id, dev)
             with self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext():
-                logp = completion_logprobs(self.model, ids, attn, pos, c_len)
+                logp = completion_logprobs(self.model, ids, attn, pos, c_len, g.logprob_chunk_tokens)
                 with torch.no_grad():
-                    ref_logp = (completion_logprobs(self.reference, ids, attn, pos, c_len)
+                    ref_logp = (completion_logprobs(self.reference, ids, attn, pos, c_len, g.logprob_chunk_tokens)
                                 if self.reference is not None and g.kl_coef > 0 else logp.detach())
                 adv = batch.advantages[rows].to(dev).unsqueeze(1)
                 tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,

@@ -27,13 +27,19 @@ import hashlib
 import json
 import re
 import shutil
+import os
 import sqlite3
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any, Iterable
 
-import bm25s
+# bm25s imports JAX when it is installed (its top-k selection) and runs one JAX op at import: on a GPU box
+# with JAX that claims 75% of the GPU's memory for XLA before SFT, GRPO or vLLM start (seen on an H200:
+# 110 GiB gone, then out of memory). The kit never uses JAX: keep it on the CPU unless the user said otherwise.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+import bm25s  # noqa: E402
 import numpy as np
 import Stemmer
 

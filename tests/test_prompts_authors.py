@@ -273,6 +273,8 @@ def test_the_chat_template_is_applied_as_theirs(tokenizer, paper):
 class _Recording:
     """An engine that records its prompts and answers each role with one well-formed completion."""
 
+    kind = "recording"  # what evaluate() writes as the engine that drew the samples
+
     def __init__(self):
         self.prompts: list[str] = []
 

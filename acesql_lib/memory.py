@@ -1,0 +1,87 @@
+"""What one GRPO update holds in memory at its peak, term by term (bytes per process).
+
+The preflight (acesql_lib/preflight.py) judges a profile's GPUs with it. The formula is checked against
+measured updates of scaled-down Qwen3s (the real vocabulary, the trainer's own `JointGRPO.optimize`):
+on an H200 with the allocator's exact peak (benchmarks/results/grpo_memory_h200.json, 24 settings,
+estimate / measured 0.99-1.03), and on CPU in CI (tests/test_memory.py, within 20%).
+
+Notation: P parameters (V·h of them in the input embedding and as many in an untied LM head), b sequences
+of p prompt + c completion tokens in a micro-batch (tok = b·(p + c) tokens, R = b·c completion
+positions), L layers of hidden size h and MLP width I, N processes sharing the state (FSDP/ZeRO-3),
+m bytes per trained weight (`model.train_dtype`: 4, fp32 masters), w bytes per compute and reference
+weight (`model.dtype`: 2, bf16).
+
+The peak is at the start of the generator's backward pass (the second role's): the weights, AdamW's two
+moments, the retriever's gradient PCGrad keeps aside (m·P/N each, 2 for Adam) and the frozen reference
+(w·P, held whole by every process), plus what the forward pass left for the backward pass:
+  logits   the completion's logits over the vocabulary, taken whole: 16 bytes per position and token
+           (bf16 logits, their fp32 copy, the log-softmax's and the gradient's buffers); in chunks of k
+           positions (`grpo.logprob_chunk_tokens`): 8·R·V for the bf16 logits and their gradient plus
+           8·k·V for one chunk's fp32 work
+  layers   with activation checkpointing, each layer's fp32 input (4·tok·h·L); without, every layer's
+           activations (6·h + 18·I bytes per token and layer, measured: Qwen3's I = 3h) and autocast's
+           bf16 copies of the layers' matrices (w · their parameters)
+  head     the LM head's gradient, the first one the backward pass makes (m·V·h/N)
+Later in the backward pass the activations are freed as the gradients appear, so the update never holds
+less than the full state: weights, Adam, gradients and PCGrad's copy (5·m·P/N) and the reference.
+LoRA trains adapters only: the frozen base is held in `model.dtype` and the adapters' state is small.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024 ** 3
+LOGITS_WHOLE = 16  # bytes per completion position and vocabulary entry, log-softmax taken whole
+LOGITS_CHUNKED = 8  # the same, chunked: bf16 logits and their gradient
+CHUNK_WORK = 8  # per position of one chunk and vocabulary entry: its fp32 copy and softmax
+LAYER_H, LAYER_I = 6, 18  # bytes per token and layer without checkpointing, per unit of h and of I
+
+
+def n_params(shape: dict[str, Any]) -> float:
+    """Parameters of a Qwen3-style decoder from its config.json fields."""
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    heads = shape["num_attention_heads"]
+    kv = shape.get("num_key_value_heads", heads)
+    hd = shape.get("head_dim") or h // heads
+    attn = h * heads * hd * 2 + h * kv * hd * 2
+    mlp = 3 * h * shape["intermediate_size"]
+    embed = V * h * (1 if shape.get("tie_word_embeddings", False) else 2)
+    return float(embed + L * (attn + mlp + 2 * h + 2 * hd) + h)
+
+
+def logits_bytes(rows: int, vocab: int, chunk_tokens: int) -> float:
+    """What the completion's log-probabilities hold for the backward pass (`rows` = b·c positions)."""
+    if chunk_tokens and rows > chunk_tokens:
+        return LOGITS_CHUNKED * rows * vocab + CHUNK_WORK * chunk_tokens * vocab
+    return LOGITS_WHOLE * rows * vocab
+
+
+def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int, completion_tokens: int,
+                    checkpointing: bool = True, logprob_chunk_tokens: int = 1024, processes: int = 1,
+                    train_bytes: int = 4, compute_bytes: int = 2, lora: bool = False, **_: Any) -> dict[str, float]:
+    """Peak bytes of one GRPO update in one of `processes` processes: the terms and their `total`."""
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    P, m, w, n = n_params(shape), train_bytes, compute_bytes, processes
+    head = V * h
+    layer_params = P - head * (1 if shape.get("tie_word_embeddings", False) else 2)
+    tokens = micro_batch * (prompt_tokens + completion_tokens)
+    rows = micro_batch * completion_tokens
+    if lora:
+        state_backward = state_end = w * P
+        head_grad = 0.0
+    else:
+        state_backward = (m + 2 * m + m) * P / n  # weights, Adam's moments, PCGrad's saved gradient
+        state_end = (m + 2 * m + m + m) * P / n  # ... and every gradient of this role
+        head_grad = m * head / n
+    reference = w * P
+    if checkpointing:
+        layers = 4 * tokens * h * L
+    else:
+        layers = tokens * L * (LAYER_H * h + LAYER_I * shape["intermediate_size"]) + w * layer_params
+    logits = logits_bytes(rows, V, logprob_chunk_tokens)
+    at_logits = state_backward + reference + head_grad + logits + layers
+    at_end = state_end + reference
+    terms = {"state": state_backward + head_grad, "reference": reference, "logits": logits, "layers": layers,
+             "gradients_at_end": state_end - state_backward - head_grad}
+    terms["total"] = max(at_logits, at_end)
+    return terms
