@@ -43,6 +43,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
                       group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
 from .routes import rollout_route_records, route_share
+from .sharding import shard_reference
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from .tracking import open_tracker
 
@@ -247,7 +248,7 @@ class JointGRPO:
         # optimizer step is one scheduler step on every rank; the prepared optimizer shares `optimizer`'s
         # parameter groups, so the learning rate it uses is the one set here.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup, self.g.schedule))
-        self.reference = reference
+        self.reference = shard_reference(reference, self.acc)  # FSDP2: 1/N of it per process, like the policy
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()
         self._stop_requested = False

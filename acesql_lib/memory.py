@@ -13,7 +13,7 @@ weight (`model.dtype`: 2, bf16).
 
 The peak is at the start of the generator's backward pass (the second role's): the weights, AdamW's two
 moments, the retriever's gradient PCGrad keeps aside (m·P/N each, 2 for Adam) and the frozen reference
-(w·P, held whole by every process), plus what the forward pass left for the backward pass:
+(w·P, or w·P/N when FSDP2 shards it as the policy: acesql_lib/sharding.py), plus what the forward pass left for the backward pass:
   logits   the completion's logits over the vocabulary, taken whole: 16 bytes per position and token
            (bf16 logits, their fp32 copy, the log-softmax's and the gradient's buffers); in chunks of k
            positions (`grpo.logprob_chunk_tokens`): 8·R·V for the bf16 logits and their gradient plus
@@ -58,8 +58,11 @@ def logits_bytes(rows: int, vocab: int, chunk_tokens: int) -> float:
 
 def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int, completion_tokens: int,
                     checkpointing: bool = True, logprob_chunk_tokens: int = 1024, processes: int = 1,
-                    train_bytes: int = 4, compute_bytes: int = 2, lora: bool = False, **_: Any) -> dict[str, float]:
-    """Peak bytes of one GRPO update in one of `processes` processes: the terms and their `total`."""
+                    train_bytes: int = 4, compute_bytes: int = 2, lora: bool = False, reference_sharded: bool = False,
+                    **_: Any) -> dict[str, float]:
+    """Peak bytes of one GRPO update in one of `processes` processes: `total`, the larger of the start of the
+    second backward pass (state + reference + logits + layers) and its end (`end_of_backward`: the full
+    state and the reference, the activations gone)."""
     h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
     P, m, w, n = n_params(shape), train_bytes, compute_bytes, processes
     head = V * h
@@ -73,7 +76,7 @@ def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int,
         state_backward = (m + 2 * m + m) * P / n  # weights, Adam's moments, PCGrad's saved gradient
         state_end = (m + 2 * m + m + m) * P / n  # ... and every gradient of this role
         head_grad = m * head / n
-    reference = w * P
+    reference = w * P / (n if reference_sharded else 1)
     if checkpointing:
         layers = 4 * tokens * h * L
     else:
@@ -82,6 +85,5 @@ def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int,
     at_logits = state_backward + reference + head_grad + logits + layers
     at_end = state_end + reference
     terms = {"state": state_backward + head_grad, "reference": reference, "logits": logits, "layers": layers,
-             "gradients_at_end": state_end - state_backward - head_grad}
-    terms["total"] = max(at_logits, at_end)
+             "end_of_backward": at_end, "total": max(at_logits, at_end)}
     return terms

@@ -8,21 +8,20 @@ their memory against an estimate of what SFT and GRPO need per GPU, every instal
 its pin (requirements-gpu.lock for a GPU profile, requirements-dev.txt otherwise; each mismatch named),
 on GPUs whether torch sees CUDA and whether vllm was built for torch's CUDA and release, free disk for
 checkpoints, and the steps and an estimated duration per stage.
-Exit status 1 names every MISSING piece; WARN rows (a version off its pin, a memory estimate above
-the card, a count unlike the paper's) are printed but do not fail. No check raises: an unexpected
-error becomes a MISSING row that says what failed.
+Exit status 1 names every MISSING piece and every FAIL (GRPO's memory above the card, with what to
+change); WARN rows (a version off its pin, SFT's rough memory estimate above the card, a count unlike the
+paper's) are printed but do not fail. No check raises: an unexpected error becomes a MISSING row that
+says what failed.
 
 Memory per GPU (bytes; P parameters, N processes of the stage's accelerate config, w = 2 for bf16,
-4 for float32; b micro-batch, s sequence length, h hidden size, L layers, V vocabulary):
-  sharded training state (ZeRO-3 / FSDP full shard) = 4·m·P / N, m = 4 for fp32 master weights
-      (model.train_dtype: weights, gradients, Adam m and v in fp32; bf16 compute casts on the fly)
-  activations(b, s, t) = b·s·h·L·w (checkpointed layer inputs) + b·t·V·4 (fp32 logits of t positions)
-  SFT  = sharded state + activations(per_device_batch_size, sft.max_length, sft.max_length)
-  GRPO = sharded state + m·P/N (PCGrad's gradient copy) + w·P (frozen reference, whole) + activations(micro_batch_size,
-         max_prompt + max_response, max_response) (the loss keeps only the completion's logits);
-         it must fit in (1 - gpu_memory_utilization) of the card, and the
-         colocated vLLM engine's share, gpu_memory_utilization of the card, must hold its full copy of
-         the weights (w·P / tensor_parallel_size) with room left for the KV cache.
+4 for float32; m = 4 for fp32 master weights, `model.train_dtype`):
+  GRPO = acesql_lib.memory.grpo_step_bytes: the peak of one update, term by term (weights, Adam, PCGrad's
+         gradient copy, the reference, the largest micro-batch's logits and layer activations), checked
+         against measured updates (benchmarks/grpo_memory.py); it must fit in (1 - gpu_memory_utilization)
+         of the card beside a colocated vLLM engine, whose share must hold its copy of the weights
+         (w·P / tensor_parallel_size) with room left for the KV cache.
+  SFT  = 4·m·P / N (sharded weights, gradients, Adam) + b·s·h·L·w (checkpointed layer inputs) + b·s·V·4
+         (fp32 logits), b = per_device_batch_size, s = sft.max_length; a rough guide (not measured).
 Durations scale the paper's reported times (§3: SFT about 38 h; §4.11: GRPO 728 steps in about 43 h,
 both on 4 x A100-80GB, Qwen3-8B) by parameters, work and GPU count; they are order-of-magnitude
 guides for GPU profiles and are not given for CPU runs.
@@ -44,9 +43,10 @@ from typing import Any, Callable
 import yaml
 
 from .config import REPO_ROOT, Config, ConfigError, load_config, parse_overrides
+from .memory import grpo_step_bytes, n_params
 from .paths import Paths, resolve
 
-OK, WARN, MISSING, INFO = "OK", "WARN", "MISSING", "INFO"
+OK, WARN, MISSING, INFO, FAIL = "OK", "WARN", "MISSING", "INFO", "FAIL"
 GIB = 1024 ** 3
 # §5 set sizes; §7 BIRD version
 PAPER_COUNTS = {"bird_dev": 1534, "spider_dev": 1034, "spider_test": 2147, "spider_dk": 535, "spider_syn": 1034,
@@ -92,17 +92,6 @@ def model_shape(cfg: Config) -> tuple[dict[str, Any] | None, str]:
     return None, "unknown (model not on this machine)"
 
 
-def n_params(shape: dict[str, Any]) -> float:
-    """Decoder parameters: embeddings (+ an untied head) and per layer attention and SwiGLU MLP."""
-    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
-    heads, kv = shape["num_attention_heads"], shape.get("num_key_value_heads", shape["num_attention_heads"])
-    hd = shape.get("head_dim") or h // heads
-    attn = h * heads * hd * 2 + h * kv * hd * 2
-    mlp = 3 * h * shape["intermediate_size"]
-    emb = V * h * (1 if shape.get("tie_word_embeddings", False) else 2)
-    return float(emb + L * (attn + mlp + 2 * h) + h)
-
-
 def _hub_cached(repo_id: str, filename: str) -> str | None:
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -129,15 +118,29 @@ def accelerate_processes(path: str, cfg: Config | None = None) -> tuple[int, boo
 ONE_GPU_CARDS = {"A100/H100 80 GB": 80 * GIB, "H200 141 GB": 141 * GIB, "B200 180 GB": 180 * GIB}
 
 
+def fsdp_sharded(path: str) -> bool:
+    """True when the accelerate config launches FSDP (GRPO then shards its reference too)."""
+    data = yaml.safe_load(resolve(path).read_text()) or {}
+    return str(data.get("distributed_type", "")).upper() == "FSDP"
+
+
+def grpo_micro_batch(cfg: Config) -> tuple[int, int, int]:
+    """(sequences, prompt tokens, completion tokens) of the largest GRPO micro-batch the profile makes: its
+    longest prompts and responses; "micro_token_mean" packs about `grpo.micro_batch_tokens` tokens into one."""
+    g = cfg.grpo
+    c = g.max_response_tokens
+    p = g.max_prompt_tokens or max(cfg.engine.max_model_len - c, 1)
+    b = math.ceil(g.micro_batch_tokens / (p + c)) if g.loss_agg == "micro_token_mean" else g.micro_batch_size
+    return max(b, 1), p, c
+
+
 def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None = None) -> dict[str, float]:
     """Bytes per process for SFT and GRPO training and for the colocated vLLM weights (module docstring).
 
-    The trained policy is held in `model.train_dtype` (fp32 masters, m = 4 bytes) with Adam's two moments
-    and its gradients in the same dtype (4·m·P, sharded over N); bf16 compute casts on the fly. GRPO adds
-    the PCGrad copy of the first role's gradient (m·P/N) and the frozen reference in `model.dtype`
-    (w·P, held whole by each process: it is not sharded). `processes` overrides the accelerate configs'
-    process counts (1 = the notebooks' one-GPU path). With `model.lora` only the adapters train: the
-    frozen base is held in `model.dtype` (w·P, whole) and the adapters' optimizer state is negligible."""
+    GRPO's is `acesql_lib.memory.grpo_step_bytes` (fp32 masters, Adam, PCGrad's copy, the reference, the
+    largest micro-batch's activations and logits; checked against measured updates). `processes` overrides
+    the accelerate configs' process counts (1 = the notebooks' one-GPU path). With `model.lora` only the
+    adapters train: the frozen base is held in `model.dtype` and the adapters' optimizer state is small."""
     P = n_params(shape)
     w = 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
     m = 2 if cfg.model.train_dtype in ("bfloat16", "float16") else 4
@@ -149,18 +152,33 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
     def state(n: int) -> float:  # LoRA: a frozen base in model.dtype, fp32 adapters (PEFT upcasts them)
         return w * P if cfg.model.lora else 4 * m * P / n
 
-    def pcgrad(n: int) -> float:
-        return 0.0 if cfg.model.lora else m * P / n
-
     n_sft = processes or accelerate_processes(cfg.sft.accelerate_config, cfg)[0]
     n_grpo = processes or accelerate_processes(cfg.grpo.accelerate_config, cfg)[0]
-    g = cfg.grpo
+    b, p, c = grpo_micro_batch(cfg)
+    grpo = grpo_step_bytes(shape, b, p, c, checkpointing=cfg.grpo.gradient_checkpointing,
+                           logprob_chunk_tokens=cfg.grpo.logprob_chunk_tokens, processes=n_grpo, train_bytes=m,
+                           compute_bytes=w, lora=cfg.model.lora,
+                           reference_sharded=n_grpo > 1 and fsdp_sharded(cfg.grpo.accelerate_config))
     return {"params": P, "sft": state(n_sft) + act(cfg.sft.per_device_batch_size, cfg.sft.max_length, cfg.sft.max_length),
-            "grpo": state(n_grpo) + pcgrad(n_grpo) + w * P + act(g.micro_batch_size, g.max_prompt_tokens
-                                                                 + g.max_response_tokens, g.max_response_tokens),
+            "grpo": grpo["total"], "grpo_terms": grpo,
             "vllm_weights": w * P / cfg.engine.tensor_parallel_size,
             "checkpoint": 12 * P,  # fp32 weights + Adam m and v: what a resumable checkpoint holds
             "weights": w * P}
+
+
+def over_budget_advice(cfg: Config) -> str:
+    """What lowers GRPO's memory, for a FAIL row."""
+    g = cfg.grpo
+    steps = [f"grpo.micro_batch_tokens (now {g.micro_batch_tokens})" if g.loss_agg == "micro_token_mean"
+             else f"grpo.micro_batch_size (now {g.micro_batch_size})"]
+    if not g.gradient_checkpointing:
+        steps.append("grpo.gradient_checkpointing: true")
+    if not g.logprob_chunk_tokens:
+        steps.append("grpo.logprob_chunk_tokens: 1024")
+    if not cfg.model.lora:
+        steps.append("model.lora: true")
+    steps.append(f"more GPUs in {g.accelerate_config}")
+    return "lower " + steps[0] + ", or " + ", ".join(steps[1:])
 
 
 def one_gpu_verdict(cfg: Config, shape: dict[str, Any]) -> Row:
@@ -208,7 +226,9 @@ def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[s
     sft_samples = 2 * q  # upper bound: every filtered question yields a retriever and a generator trace
     sft_steps = s.max_steps if s.max_steps > 0 else math.ceil(
         sft_samples * s.num_epochs / (s.per_device_batch_size * s.gradient_accumulation_steps * n_sft))
-    grpo_steps = g.max_steps if g.max_steps > 0 else g.epochs * math.ceil(d.n_rl_train / g.batch_questions)
+    from .grpo import total_steps  # heavy (torch); only here
+
+    grpo_steps = total_steps(d.n_rl_train, g.batch_questions, g.epochs, g.max_steps)
     sizes = {s.name: set_sizes.get(s.name, PAPER_COUNTS.get(s.name, 0)) for s in cfg.eval.sets}
     n_eval = sum(min(n, cfg.eval.max_examples) if cfg.eval.max_examples else n for n in sizes.values())
     scale = (n_params(shape) / PAPER_PARAMS) if shape else None
@@ -392,9 +412,14 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
         if cap is None:
             rows.append(Row("hardware", label, INFO, f"needs about {_size(value)} {where} (no device to compare)"))
             continue
-        status = OK if value <= cap else WARN
-        rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}, has {_size(cap)}"
-                        f" ({_count(n_params(shape))} parameters)"))
+        fits = value <= cap
+        status = OK if fits else (FAIL if label.startswith("GRPO") else WARN)
+        advice = "" if fits or status != FAIL else f"; {over_budget_advice(cfg)}"
+        terms = (" (" + ", ".join(f"{k} {_size(v)}" for k, v in est["grpo_terms"].items()
+                                  if k in ("state", "reference", "logits", "layers") and v)
+                 + "; allocated tensors, the CUDA context and fragmentation not counted)") if label.startswith("GRPO") else ""
+        rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}{terms}, has {_size(cap)}"
+                        f" ({_count(n_params(shape))} parameters){advice}"))
     if want_gpus:
         rows.append(one_gpu_verdict(cfg, shape))
     return rows
@@ -661,8 +686,11 @@ def main(argv: list[str] | None = None) -> int:
     table, rows = preflight_table(cfg)
     print(f"preflight for profile {cfg.profile}\n{table}")
     missing = [r for r in rows if r.status == MISSING]
-    if missing:
-        print(f"\n{len(missing)} missing: " + "; ".join(f"{r.area}/{r.item}" for r in missing), file=sys.stderr)
+    failing = [r for r in rows if r.status == FAIL]
+    for name, bad in (("missing", missing), ("failing", failing)):
+        if bad:
+            print(f"\n{len(bad)} {name}: " + "; ".join(f"{r.area}/{r.item}" for r in bad), file=sys.stderr)
+    if missing or failing:
         return 1
     print(f"\nall checks passed ({sum(r.status == WARN for r in rows)} warning(s))")
     return 0

@@ -118,3 +118,44 @@ def test_a_sharded_checkpoint_holds_every_shard_and_resumes_exactly(tmp_path):
     reference = _qwen3()
     for name, p in reference.named_parameters():  # Adam's moments of every parameter, at full size
         assert whole["state"][name]["exp_avg"].shape == p.shape, name
+
+
+def _reference_rank(rank: int, world: int, folder: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from acesql_lib.grpo import _pad_batch, completion_logprobs
+        from acesql_lib.sharding import shard_frozen
+
+        mesh = init_device_mesh("cpu", (world,))
+        reference = shard_frozen(_qwen3(), mesh)
+        held = sum(p.to_local().numel() for p in reference.parameters())
+        prompts = [[3, 5, 7, 9], [11, 13]]
+        completions = [[2, 4, 6], [8, 10, 12, 14, 16]]
+        ids, attn, pos, _, c_len = _pad_batch(prompts, completions, 0, torch.device("cpu"))
+        with torch.no_grad():
+            logp = completion_logprobs(reference, ids, attn, pos, c_len, chunk_tokens=4)
+        torch.save({"held": held, "logp": logp, "frozen": not any(p.requires_grad for p in reference.parameters()),
+                    "training": reference.training}, f"{folder}/ref{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(tmp_path):
+    """Each of 2 ranks holds about half of the frozen reference (fully_shard per decoder layer, then the
+    root), and the log-probabilities it gives are the unsharded model's."""
+    from acesql_lib.grpo import _pad_batch, completion_logprobs
+
+    mp.start_processes(_reference_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+    whole = _qwen3()
+    ids, attn, pos, _, c_len = _pad_batch([[3, 5, 7, 9], [11, 13]], [[2, 4, 6], [8, 10, 12, 14, 16]], 0,
+                                          torch.device("cpu"))
+    with torch.no_grad():
+        expected = completion_logprobs(whole, ids, attn, pos, c_len)
+    total = sum(p.numel() for p in whole.parameters())
+    for rank in range(2):
+        got = torch.load(tmp_path / f"ref{rank}.pt")
+        assert got["frozen"] and not got["training"]
+        assert got["held"] <= total / 2 + 64  # its shard (dim-0 halves, up to one row of padding per tensor)
+        assert torch.allclose(got["logp"], expected, atol=1e-6)

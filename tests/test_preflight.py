@@ -98,23 +98,52 @@ def test_memory_estimate_for_the_paper_model_on_a100s_and_on_a_small_card():
     assert small["SFT"].status == WARN
 
 
-def test_memory_counts_fp32_masters_pcgrad_and_a_whole_reference_and_says_what_runs_on_one_gpu():
+def test_memory_counts_fp32_masters_pcgrad_the_reference_and_says_what_runs_on_one_gpu():
     cfg = load_config("paper")
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
-    P = n_params(shape)
+    P, head = n_params(shape), 151936 * 4096
     est = memory_estimates(cfg, shape)
     one = memory_estimates(cfg, shape, processes=1)
-    # fp32 weights, gradients and Adam's moments (16 B), PCGrad's fp32 copy (4 B) per parameter, sharded;
-    # the bf16 reference whole on every process
-    assert one["grpo"] - est["grpo"] == pytest.approx((16 + 4) * P * (1 - 1 / 4))
+    # at the second backward's start: fp32 weights, Adam's moments and PCGrad's saved gradient (16 B per
+    # parameter), the LM head's fresh gradient (4 B per head parameter), the bf16 reference (2 B), all sharded
+    # over FSDP's 4 processes; at its end every gradient too (20 B): one process holds 22 B per parameter
+    t4, t1 = est["grpo_terms"], one["grpo_terms"]
+    assert t4["state"] == pytest.approx((16 * P + 4 * head) / 4) and t4["reference"] == pytest.approx(2 * P / 4)
+    assert t1["state"] == pytest.approx(16 * P + 4 * head) and t1["reference"] == pytest.approx(2 * P)
+    assert t1["end_of_backward"] == pytest.approx(22 * P) and one["grpo"] == t1["end_of_backward"]
+    assert est["grpo"] == pytest.approx(t4["state"] + t4["reference"] + t4["logits"] + t4["layers"])
     bf16 = memory_estimates(load_config("paper", {"model.train_dtype": "bfloat16"}), shape, processes=1)
-    assert one["grpo"] - bf16["grpo"] == pytest.approx((16 + 4 - 8 - 2) * P)
+    assert one["grpo"] - bf16["grpo"] == pytest.approx((20 - 10) * P)
     full = one_gpu_verdict(cfg, shape)
     assert full.status == WARN and "model.lora: true" in full.detail and "accelerate launch" in full.detail
     lora = one_gpu_verdict(load_config("paper", {"model.lora": True}), shape)
-    assert lora.status == OK and "H200" in lora.detail and "A100" not in lora.detail
+    assert lora.status == OK and "A100/H100 80 GB" in lora.detail  # bf16 base and reference, small adapters
     rows = {r.item: r for r in check_hardware(cfg, shape, [("A100-SXM4-80GB", 80 * GIB)] * 4)}
     assert rows["one GPU (notebooks)"].status == WARN
+
+
+def test_grpo_over_the_card_fails_and_names_what_to_change():
+    """The paper launch fits 4 A100-80GB beside the engine's 0.4 only with its reference sharded (FSDP) and
+    its log-probabilities chunked; under DDP (a whole reference per GPU) or taken whole it is a FAIL that
+    says what lowers the memory, and the CLI exits 1 on it."""
+    from acesql_lib.preflight import FAIL
+
+    shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
+    a100s = [("A100-SXM4-80GB", 80 * GIB)] * 4
+
+    def grpo_row(cfg):
+        (row,) = [r for r in check_hardware(cfg, shape, a100s) if r.item.startswith("GRPO")]
+        return row
+
+    fits = grpo_row(load_config("paper"))
+    assert fits.status == OK and "reference 3.8 GiB" in fits.detail
+    whole = grpo_row(load_config("paper", {"grpo.logprob_chunk_tokens": 0}))
+    assert whole.status == FAIL
+    for advice in ("grpo.micro_batch_tokens (now 12000)", "grpo.logprob_chunk_tokens: 1024", "model.lora: true",
+                   "more GPUs in configs/accelerate/fsdp.yaml"):
+        assert advice in whole.detail, advice
+    ddp = grpo_row(load_config("paper", {"grpo.accelerate_config": "configs/accelerate/ddp.yaml"}))
+    assert ddp.status == FAIL and "reference 15.3 GiB" in ddp.detail
 
 
 def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_named(tmp_path):
