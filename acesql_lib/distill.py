@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from .config import Config, settings_hash
 from .datasets import Example, schema_for

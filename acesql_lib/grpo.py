@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from . import checkpoint as ckpt
 from .config import Config, GRPOConfig
@@ -218,6 +218,9 @@ class StepReport:
     rewards: dict[str, torch.Tensor]  # role -> [questions, samples]
     advantages: dict[str, torch.Tensor]
     metrics: dict[str, float] = field(default_factory=dict)
+    # with `record_pcgrad`: per parameter tensor, the two roles' cosine before PCGrad, whether they conflicted,
+    # the combining coefficients and each role's cosine with the combined gradient after it
+    pcgrad: list[dict[str, Any]] = field(default_factory=list)
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -252,7 +255,11 @@ class JointGRPO:
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()
         self._stop_requested = False
+        self._val_start: dict[str, float] = {}  # validation before step 1, logged with it (validate_start)
+        self._phases_at_collect = totals()
+        self._tracker: Any = None
         self.record_grads = False  # keep a copy of the final combined gradient of each step (inspection, tests)
+        self.record_pcgrad = False  # per-tensor PCGrad figures in each step's report (`StepReport.pcgrad`; notebook 04)
         self.last_grads: list[torch.Tensor] = []
 
     # -- data cursor: a seeded permutation per epoch, so resuming needs only (epoch, position) --
@@ -279,6 +286,8 @@ class JointGRPO:
     def collect(self) -> list[QuestionRollout]:
         """§4 steps 1-4: retriever samples, vote, generator samples on the voted schema, execution."""
         g, step = self.g, self.state.step + 1
+        self._phases_at_collect = totals()  # the step's phase times (generation, execution) count from here
+        self._collect_t0 = time.perf_counter()
         tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
@@ -290,7 +299,7 @@ class JointGRPO:
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
         g, step = self.g, self.state.step + 1
-        t0 = time.perf_counter() if t0 is None else t0
+        t0 = getattr(self, "_collect_t0", time.perf_counter()) if t0 is None else t0
         t_rollout = time.perf_counter() - t0
 
         # -- 5. pool: decay and read targets BEFORE adding this step's matches; every rank applies all updates
@@ -332,8 +341,11 @@ class JointGRPO:
                    **pc.as_metrics(), **{f"pool/{k}": v for k, v in self.pool.stats().items()},
                    **_rollout_metrics(rolls)}
         metrics = _mean_over_ranks(self.acc, metrics)
+        names = [n for n, p in self.unwrapped.named_parameters() if p.requires_grad]
+        per_tensor = [{"tensor": names[t.index] if t.index < len(names) else str(t.index), **t.as_row()}
+                      for t in pc.tensors]
         return StepReport(step, rolls, targets, pool_before, pool_after, {"retriever": r_ret, "generator": r_gen},
-                          {"retriever": a_ret, "generator": a_gen}, metrics)
+                          {"retriever": a_ret, "generator": a_gen}, metrics, per_tensor)
 
     def optimize(self, ret_batch: RoleBatch, gen_batch: RoleBatch, w_gen: float, step: int
                  ) -> tuple[dict[str, float], dict[str, float], Any, float]:
@@ -351,7 +363,7 @@ class JointGRPO:
             raise NonFiniteLoss(f"step {step}: non-finite loss {losses}; checkpoint of step {self.state.step} "
                                 f"saved in {self.out}; lower grpo.learning_rate or check the data")
         pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded(), eps=g.pcgrad_eps,
-                                max_ratio=g.pcgrad_max_ratio)
+                                max_ratio=g.pcgrad_max_ratio, detail=self.record_pcgrad)
         del saved  # combined into .grad: not held through the optimizer step
         grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
         if self.record_grads:
@@ -471,46 +483,60 @@ class JointGRPO:
         _truncate_log(self.out / "metrics.jsonl", self.state.step)
         return True
 
+    def record(self, report: StepReport) -> bool:
+        """After a step (`step()`, or `collect()` then `update()`): its metrics to the JSONL log and the tracker,
+        validation and a checkpoint when due. What `train()` does after every step; True when a SIGTERM asks
+        every rank to stop (the checkpoint is then written)."""
+        m = report.metrics
+        m.update(as_metrics(since(self._phases_at_collect)))  # time/generation_s, time/execution_s of this step
+        m.update({f"{k}_start": v for k, v in self._val_start.items()})
+        self._val_start = {}
+        if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
+            m.update(self.validate())
+        if self.acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            with (self.out / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(m) + "\n")
+            if self._tracker is None:  # the JSONL's metrics, same names, also to grpo.report_to's tracker
+                self._tracker = open_tracker(self.g.report_to, self.out / "runs", run_name=self.out.name,
+                                             setting="grpo.report_to")
+            self._tracker.log(m, report.step)
+        stop = _any_rank(self.acc, self._stop_requested)  # a SIGTERM seen by any rank stops all, same step
+        if report.step % self.g.save_every == 0 or report.step == self.total_steps or stop:
+            self.save_checkpoint()
+        return stop
+
+    def validate_start(self) -> dict[str, float]:
+        """The starting point of the validation curve, before any update (only at step 0); logged with step 1
+        as val/*_start. Validation is seeded on its own RNG, so training is unchanged by it."""
+        if self.val_tasks and self.state.step == 0 and not self._val_start:
+            self._val_start = self.validate()
+        return self._val_start
+
     def train(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None) -> Path:
         """Run to `total_steps` (or `stop_after`), logging JSONL and saving every `save_every` steps."""
         self.out.mkdir(parents=True, exist_ok=True)
-        log = self.out / "metrics.jsonl"
         previous = _install_sigterm(self)
         first_step = self.state.step
         bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress)
-        # the JSONL's metrics, same names, also to grpo.report_to's tracker (events under <run>/runs/)
-        tracker = open_tracker(self.g.report_to if self.acc.is_main_process else "none", self.out / "runs",
-                               run_name=self.out.name, setting="grpo.report_to")
-        # The starting point of the validation curve, before any update; logged with step 1 as
-        # val/*_start (validation is seeded on its own RNG, so training is unchanged by it).
         train_start, phases_at_start = time.perf_counter(), totals()  # for phases.jsonl at the end
-        start = self.validate() if self.val_tasks and self.state.step == 0 else {}
+        self.validate_start()
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
-                phases_before = totals()
                 report = self.step()
+                stop = self.record(report)
                 m = report.metrics
-                m.update(as_metrics(since(phases_before)))  # time/generation_s, time/execution_s of this step
-                m.update({f"{k}_start": v for k, v in start.items()})
-                start = {}
-                if self.val_tasks and (report.step % self.g.val_every == 0 or report.step == self.total_steps):
-                    m.update(self.validate())
-                if self.acc.is_main_process:
-                    with log.open("a") as f:
-                        f.write(json.dumps(m) + "\n")
-                    tracker.log(m, report.step)
                 bar.update(1)
                 bar.set_postfix({"r_ret": f"{m['reward/retriever']:.2f}", "r_gen": f"{m['reward/generator']:.2f}"})
                 if on_step:
                     on_step(report)
-                stop = _any_rank(self.acc, self._stop_requested)  # a SIGTERM seen by any rank stops all, same step
-                if report.step % self.g.save_every == 0 or report.step == self.total_steps or stop:
-                    self.save_checkpoint()
                 if stop:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
             bar.close()
-            tracker.close()
+            if self._tracker is not None:
+                self._tracker.close()
+                self._tracker = None
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
         final = self.out / "final"

@@ -39,7 +39,7 @@ None gradients are zeros.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 import torch
@@ -58,9 +58,27 @@ class PCGradStats:
     norm_gen: float
     n_tensors: int  # tensors with a gradient from either role
     n_conflicts: int
+    tensors: tuple["TensorStats", ...] = field(default=(), repr=False)  # per tensor, when asked (`detail`)
 
     def as_metrics(self, prefix: str = "pcgrad/") -> dict[str, float]:
-        return {prefix + k: float(v) for k, v in asdict(self).items()}
+        return {prefix + f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "tensors"}
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """One parameter tensor's PCGrad (this rank's part of it under FSDP): the roles' cosine before, whether
+    they conflicted, the coefficients of g = c_ret g_ret + c_gen g_gen, and each role's cosine with g after."""
+
+    index: int  # position in the parameter list
+    cosine: float
+    conflict: bool
+    c_ret: float
+    c_gen: float
+    cosine_ret_after: float  # <g, g_ret> / (|g| |g_ret|): PCGrad's combined step never opposes a role (>= 0)
+    cosine_gen_after: float
+
+    def as_row(self) -> dict[str, float | bool]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "index"}
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -83,13 +101,13 @@ def save_grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor | None
 
 def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[torch.Tensor | None],
                        mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
-                       max_ratio: float = AUTHORS_MAX_RATIO) -> PCGradStats:
+                       max_ratio: float = AUTHORS_MAX_RATIO, detail: bool = False) -> PCGradStats:
     """g_gen is the current `p.grad`, g_ret the saved list (consumed: its entries are reused as
-    buffers and set to None). Writes the combined gradient into `p.grad`."""
+    buffers and set to None). Writes the combined gradient into `p.grad`. `detail` adds per-tensor figures."""
     params = list(params)
     if len(saved_ret) != len(params):
         raise ValueError(f"pcgrad: {len(params)} parameters but {len(saved_ret)} saved gradients")
-    out, stats = _combine_inplace(saved_ret, [p.grad for p in params], mode, sharded, eps, max_ratio)
+    out, stats = _combine_inplace(saved_ret, [p.grad for p in params], mode, sharded, eps, max_ratio, detail)
     for p, g in zip(params, out):
         p.grad = g
     saved_ret[:] = [None] * len(saved_ret)
@@ -98,17 +116,18 @@ def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[tor
 
 def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.Tensor | None],
                    mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
-                   max_ratio: float = AUTHORS_MAX_RATIO) -> tuple[list[torch.Tensor | None], PCGradStats]:
+                   max_ratio: float = AUTHORS_MAX_RATIO, detail: bool = False
+                   ) -> tuple[list[torch.Tensor | None], PCGradStats]:
     """Functional form (inputs untouched): the combined gradient per tensor and the statistics."""
     if len(g_ret) != len(g_gen):
         raise ValueError(f"pcgrad: {len(g_ret)} retriever but {len(g_gen)} generator gradients")
     clone = lambda gs: [None if g is None else g.detach().clone() for g in gs]  # noqa: E731
-    return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded, eps, max_ratio)
+    return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded, eps, max_ratio, detail)
 
 
 def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], mode: str,
-                     sharded: bool | None, eps: float = AUTHORS_EPS, max_ratio: float = AUTHORS_MAX_RATIO
-                     ) -> tuple[list[torch.Tensor | None], PCGradStats]:
+                     sharded: bool | None, eps: float = AUTHORS_EPS, max_ratio: float = AUTHORS_MAX_RATIO,
+                     detail: bool = False) -> tuple[list[torch.Tensor | None], PCGradStats]:
     if mode not in PCGRAD_MODES:
         raise ValueError(f"pcgrad mode must be one of {PCGRAD_MODES}, got {mode!r}")
     if eps < 0 or max_ratio <= 0:
@@ -183,6 +202,21 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
     else:
         n_conflicts, ratio = int(round(n_conf)), n_conf / max(n_tens, 1.0)
     denom = (sq_ret_all * sq_gen_all) ** 0.5
+    tensors = _tensor_stats(present, d, nr, ng, c_ret, c_gen) if detail else ()
     return out, PCGradStats(conflict_ratio=ratio, cosine=dot_all / denom if denom > 0 else 0.0,
                             norm_ret=sq_ret_all ** 0.5, norm_gen=sq_gen_all ** 0.5,
-                            n_tensors=int(round(n_tens)), n_conflicts=n_conflicts)
+                            n_tensors=int(round(n_tens)), n_conflicts=n_conflicts, tensors=tensors)
+
+
+def _tensor_stats(present: list[int], d: torch.Tensor, nr: torch.Tensor, ng: torch.Tensor, c_ret: torch.Tensor,
+                  c_gen: torch.Tensor) -> tuple[TensorStats, ...]:
+    """Per tensor, from its three scalars alone: with g = c_r r + c_g q, <g, r> = c_r |r|^2 + c_g d and
+    <g, q> = c_r d + c_g |q|^2, |g|^2 = c_r^2 |r|^2 + 2 c_r c_g d + c_g^2 |q|^2."""
+    nr_, ng_ = nr.clamp_min(_TINY), ng.clamp_min(_TINY)
+    g_sq = (c_ret ** 2 * nr + 2 * c_ret * c_gen * d + c_gen ** 2 * ng).clamp_min(_TINY)
+    before = d / (nr_ * ng_).sqrt()
+    ret_after = (c_ret * nr + c_gen * d) / (g_sq * nr_).sqrt()
+    gen_after = (c_ret * d + c_gen * ng) / (g_sq * ng_).sqrt()
+    rows = zip(present, before.tolist(), (d < 0).tolist(), c_ret.tolist(), c_gen.tolist(), ret_after.tolist(),
+               gen_after.tolist())
+    return tuple(TensorStats(i, b, bool(c), cr, cg, ra, ga) for i, b, c, cr, cg, ra, ga in rows)

@@ -167,6 +167,8 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
     import papermill as pm
 
     t0 = time.perf_counter()
+    before = os.environ.get("ACESQL_PROGRESS")
+    os.environ["ACESQL_PROGRESS"] = "text"  # the kernel draws text bars, which the relay reads (acesql_lib/progress.py)
     try:
         pm.execute_notebook(str(nb), str(out), parameters=parameters, kernel_name=kernel, cwd=str(nb.parent),
                             progress_bar=progress, log_output=False, stdout_file=relay, stderr_file=relay,
@@ -174,6 +176,10 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
     except Exception as exc:  # papermill wraps the kernel's exception; keep the executed copy
         return NotebookRun(nb.stem, time.perf_counter() - t0, "failed", str(out), _failed_cell(exc))
     finally:
+        if before is None:
+            os.environ.pop("ACESQL_PROGRESS", None)
+        else:
+            os.environ["ACESQL_PROGRESS"] = before
         if relay is not None:
             relay.close()
     return NotebookRun(nb.stem, time.perf_counter() - t0, "ok", str(out))
@@ -182,11 +188,12 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
 def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides: dict[str, Any] | None = None,
                  kernel: str = "python3", progress: bool = True, reports_dir: Path | None = None,
                  notebook_dir: Path = NOTEBOOK_DIR, progress_every_s: float = 10.0, echo_all: bool = False,
-                 emit: Any = None) -> list[NotebookRun]:
+                 emit: Any = None, calibrate: bool = True) -> list[NotebookRun]:
     """Run the notebooks in order; the kernels' progress is relayed (`ProgressRelay`) unless `progress` is off.
 
     The per-notebook wall times go to `pipeline_times.json` (and a line each to `pipeline.jsonl`)
-    under the reports folder, also when a notebook fails.
+    under the reports folder, also when a notebook fails; with `calibrate`, beside the calibration
+    workload's time before and after the run (a few seconds; `acesql_lib.calibration`).
     """
     cfg = load_config(profile, overrides)  # fail fast on a bad profile, before any kernel starts
     paths = Paths.from_config(cfg)
@@ -197,6 +204,7 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
     books = pipeline_notebooks(only, notebook_dir)
     runs: list[NotebookRun] = []
     started = time.time()
+    cal_start = _calibration() if calibrate else None
     bar = tqdm(books, desc=f"pipeline[{cfg.profile}]", unit="notebook", disable=not progress)
     try:
         for nb in bar:
@@ -210,28 +218,56 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
             if run.status != "ok":
                 raise NotebookFailed(f"{nb.name} failed at {run.error}; executed notebook kept at {run.output}")
     finally:
-        write_times(reports / TIMES_NAME, runs, cfg.profile, started)
+        calibration = None
+        if cal_start is not None:
+            end = _calibration()
+            calibration = {"seconds": round((cal_start + end) / 2, 3), "start": cal_start, "end": end}
+        write_times(reports / TIMES_NAME, runs, cfg.profile, started, calibration)
     return runs
+
+
+def _calibration() -> float:
+    from .calibration import measure
+
+    return measure().seconds
+
+
+def read_calibration(reports: Path) -> dict[str, float] | None:
+    """The calibration of the last run written under `reports` (pipeline_times.json), if it took one."""
+    path = reports / TIMES_NAME
+    return json.loads(path.read_text()).get("calibration") if path.is_file() else None
 
 
 TIMES_NAME = "pipeline_times.json"
 
 
-def write_times(path: Path, runs: list[NotebookRun], profile: str, started: float) -> Path:
-    """The per-notebook wall-time table as JSON: {profile, started, total_seconds, notebooks: [...]}."""
+def write_times(path: Path, runs: list[NotebookRun], profile: str, started: float,
+                calibration: dict[str, float] | None = None) -> Path:
+    """The per-notebook wall-time table as JSON: {profile, started, total_seconds, notebooks: [...]}, with the
+    calibration workload's seconds at the start and the end of the run (`acesql_lib.calibration`) when taken."""
     table = {"profile": profile, "started": started, "total_seconds": round(sum(r.seconds for r in runs), 1),
              "notebooks": [{"name": r.name, "seconds": round(r.seconds, 1), "status": r.status} for r in runs]}
+    if calibration:
+        table["calibration"] = calibration
+        table["total_units"] = round(table["total_seconds"] / calibration["seconds"], 1)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(table, indent=1) + "\n")
     return path
 
 
-def time_table(runs: list[NotebookRun]) -> str:
-    """The per-notebook wall times as an aligned text table with each notebook's share of the total."""
+def time_table(runs: list[NotebookRun], calibration: dict[str, float] | None = None) -> str:
+    """The per-notebook wall times as an aligned text table with each notebook's share of the total, and in
+    units of the run's calibration workload when there is one (times that compare across days)."""
     total = sum(r.seconds for r in runs) or 1.0
-    rows = [f"  {'notebook':<28} {'seconds':>8} {'share':>6}  status"]
-    rows += [f"  {r.name:<28} {r.seconds:8.1f} {r.seconds / total:6.0%}  {r.status}" for r in runs]
-    rows.append(f"  {'total':<28} {sum(r.seconds for r in runs):8.1f} {'':>6}  ({total / 60:.1f} min)")
+    unit = (calibration or {}).get("seconds") or 0.0
+    cal = lambda s: f" {s / unit:8.0f}" if unit else ""  # noqa: E731
+    rows = [f"  {'notebook':<28} {'seconds':>8} {'share':>6}" + (f" {'x cal':>8}" if unit else "") + "  status"]
+    rows += [f"  {r.name:<28} {r.seconds:8.1f} {r.seconds / total:6.0%}{cal(r.seconds)}  {r.status}" for r in runs]
+    rows.append(f"  {'total':<28} {sum(r.seconds for r in runs):8.1f} {'':>6}{cal(total)}  ({total / 60:.1f} min)")
+    if unit:
+        rows.append(f"  x cal: seconds / {unit:.2f} s, the calibration workload's time in this run (mean of "
+                    f"{calibration['start']:.2f} s before and {calibration['end']:.2f} s after; python -m "
+                    "acesql_lib.calibration): compare these across days, not the seconds")
     return "\n".join(rows)
 
 
@@ -266,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wall times so far in {reports / TIMES_NAME}", file=sys.stderr)
         return 1
     print(f"\n{len(runs)} notebook(s) in {time.perf_counter() - t0:.0f} s:")
-    print(time_table(runs))
+    print(time_table(runs, read_calibration(reports)))
     files = artefacts(reports)
     print(f"\n{len(files)} artefact(s) under {reports.relative_to(REPO_ROOT) if reports.is_relative_to(REPO_ROOT) else reports}:")
     for p in files:

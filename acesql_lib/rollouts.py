@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Sequence
 
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from .datasets import Example
 from .engines import Completion, Engine

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from .config import REPO_ROOT, code_hash, load_config, parse_overrides, settings_hash
 from .paths import EVAL_CACHE

@@ -35,7 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from acesql_lib.config import REPO_ROOT, parse_overrides  # noqa: E402
-from acesql_lib.pipeline import run_pipeline, time_table  # noqa: E402
+from acesql_lib.pipeline import read_calibration, run_pipeline, time_table  # noqa: E402
 from acesql_lib.timing import PHASES_LOG  # noqa: E402
 
 
@@ -81,12 +81,18 @@ def collect_phases(run_dir: Path) -> dict[str, dict[str, float]]:
 
 
 def markdown(report: dict) -> str:
-    lines = [f"# Pipeline wall time ({report['profile']}, {report['date']})", "",
-             "| notebook | seconds | share |", "|---|---:|---:|"]
+    cal = (report.get("calibration") or {}).get("seconds") or 0.0
+    unit = (lambda s: f" {s / cal:.0f} |") if cal else (lambda s: "")  # noqa: E731
+    lines = [f"# Pipeline wall time ({report['profile']}, {report['date']})", ""]
+    if cal:
+        lines += [f"Calibration workload (`python -m acesql_lib.calibration`) in this run: {cal:.2f} s; "
+                  "\"x cal\" = seconds / calibration, the figure to compare across days.", ""]
+    lines += ["| notebook | seconds | share |" + (" x cal |" if cal else ""), "|---|---:|---:|" + ("---:|" if cal else "")]
     total = report["total_seconds"] or 1.0
     for n in report["notebooks"]:
-        lines.append(f"| {n['name']} | {n['seconds']:.1f} | {n['seconds'] / total:.0%} |")
-    lines += [f"| total | {report['total_seconds']:.1f} | |", "", "| stage | phase | seconds |", "|---|---|---:|"]
+        lines.append(f"| {n['name']} | {n['seconds']:.1f} | {n['seconds'] / total:.0%} |{unit(n['seconds'])}")
+    lines += [f"| total | {report['total_seconds']:.1f} | |{unit(report['total_seconds'])}", "",
+              "| stage | phase | seconds |", "|---|---|---:|"]
     for stage, phases in report["phases"].items():
         for p, v in phases.items():
             lines.append(f"| {stage} | {p} | {v:.1f} |")
@@ -112,8 +118,9 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     runs = run_pipeline(args.profile, args.only, overrides)
     wall = time.perf_counter() - t0
-    print(time_table(runs))
-    report = {"profile": args.profile, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    calibration = read_calibration(reports_dir)
+    print(time_table(runs, calibration))
+    report = {"calibration": calibration, "profile": args.profile, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "only": args.only or "all", "overrides": parse_overrides(args.set), "fresh_world": not args.keep_world,
               "cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()[0], "wall_seconds": round(wall, 1),
               "total_seconds": round(sum(r.seconds for r in runs), 1),

@@ -1,4 +1,5 @@
 import os
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -10,8 +11,29 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "real"
 
 
+_CALIBRATION: dict[str, float] = {}
+
+
+def pytest_sessionstart(session):
+    """The calibration workload before the tests (acesql_lib/calibration.py): the summary gives the suite's
+    time in its units too, which compare across days where seconds do not. ACESQL_CALIBRATE=0 leaves it out."""
+    if os.environ.get("ACESQL_CALIBRATE", "1") != "0":
+        from acesql_lib.calibration import measure
+
+        _CALIBRATION.update(start=measure().seconds, t0=time.time())
+
+
 def pytest_terminal_summary(terminalreporter):
-    """An explicit vLLM opt-out (tests/vllm_env.py) is said out loud, not hidden in `-q`'s count."""
+    """The suite's wall time beside the calibration workload's (before and after), and an explicit vLLM
+    opt-out (tests/vllm_env.py) said out loud, not hidden in `-q`'s count."""
+    if _CALIBRATION:
+        from acesql_lib.calibration import measure
+
+        wall, end = time.time() - _CALIBRATION["t0"], measure().seconds
+        unit = (_CALIBRATION["start"] + end) / 2
+        terminalreporter.write_line(f"test suite: {wall:.0f} s = {wall / unit:.0f} x calibration ({unit:.2f} s: "
+                                    f"{_CALIBRATION['start']:.2f} s before, {end:.2f} s after; "
+                                    "python -m acesql_lib.calibration)")
     reason = os.environ.get("ACESQL_SKIP_VLLM", "").strip()
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "ACESQL_SKIP_VLLM" in str(r.longrepr)]
     if reason not in ("", "0") and skipped:

@@ -224,3 +224,33 @@ def test_global_mode_across_two_ranks_matches_one_process(tmp_path):
         assert cosine == pytest.approx(single_stats.cosine) and norm_gen == pytest.approx(single_stats.norm_gen)
         assert local == pytest.approx(per_tensor[rank].tolist())  # per-tensor modes stay local
         assert conflict_ratio == pytest.approx(0.5)  # 1 conflicting shard of 2, summed over ranks
+
+
+def test_per_tensor_figures_match_the_gradients_and_symmetric_pcgrad_opposes_neither_role():
+    """`detail=True`: each tensor's cosine before, conflict flag, coefficients and each role's cosine with the
+    combined gradient, as computed directly from the tensors; after symmetric PCGrad no role's cosine with the
+    combined gradient is negative, where the plain sum's is on some conflicting tensor."""
+    import torch
+
+    from acesql_lib.pcgrad import pcgrad_combine
+
+    torch.manual_seed(3)
+    r = [torch.randn(5, 4), torch.randn(7), torch.randn(3, 3)]
+    q = [-x + 0.2 * torch.randn_like(x) if i != 1 else 0.5 * x + torch.randn_like(x) for i, x in enumerate(r)]
+    q[2] = -3.0 * r[2] + 0.1 * torch.randn_like(r[2])  # a strong conflict: the plain sum opposes the retriever
+    cos = lambda a, b: float(torch.dot(a.flatten(), b.flatten()) / (a.norm() * b.norm()))  # noqa: E731
+    for mode in ("symmetric", "none"):
+        out, stats = pcgrad_combine(r, q, mode, sharded=False, detail=True)
+        assert [t.index for t in stats.tensors] == [0, 1, 2]
+        for t, a, b, g in zip(stats.tensors, r, q, out):
+            assert t.cosine == pytest.approx(cos(a, b), abs=1e-5)
+            assert t.conflict == (cos(a, b) < 0)
+            assert torch.allclose(g, t.c_ret * a + t.c_gen * b, atol=1e-5)
+            assert t.cosine_ret_after == pytest.approx(cos(g, a), abs=1e-5)
+            assert t.cosine_gen_after == pytest.approx(cos(g, b), abs=1e-5)
+        after = [min(t.cosine_ret_after, t.cosine_gen_after) for t in stats.tensors]
+        if mode == "symmetric":
+            assert min(after) >= -1e-6
+        else:
+            assert min(after) < -0.5
+    assert pcgrad_combine(r, q, "symmetric", sharded=False)[1].tensors == ()  # only when asked

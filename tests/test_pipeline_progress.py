@@ -11,7 +11,7 @@ from acesql_lib.pipeline import NotebookFailed, ProgressRelay, progress_line, ru
 
 WORK = """\
 import sys, time
-from tqdm.auto import tqdm
+from acesql_lib.progress import tqdm  # text under the runner, a widget in JupyterLab
 print("[stub] warming up")
 print("a plain print stays in the notebook")
 for _ in tqdm(range(4), desc="stub work", unit="step", mininterval=0, file=sys.stderr):
@@ -49,8 +49,11 @@ def test_progress_is_streamed_and_the_time_table_written(tmp_path):
     assert [n["name"] for n in table["notebooks"]] == ["00_stub", "01_second"]
     assert all(n["seconds"] > 0 and n["status"] == "ok" for n in table["notebooks"])
     assert table["total_seconds"] == pytest.approx(sum(n["seconds"] for n in table["notebooks"]), abs=0.2)
-    text = time_table(runs)
-    assert "00_stub" in text and "01_second" in text and "total" in text
+    cal = table["calibration"]  # the calibration workload before and after the run: times that compare across days
+    assert cal["seconds"] == pytest.approx((cal["start"] + cal["end"]) / 2, abs=1e-3) and cal["start"] > 0
+    assert table["total_units"] == pytest.approx(table["total_seconds"] / cal["seconds"], abs=0.1)
+    text = time_table(runs, cal)
+    assert "00_stub" in text and "01_second" in text and "total" in text and "x cal" in text
 
 
 def test_a_failing_notebook_still_leaves_its_time(tmp_path):
@@ -58,7 +61,8 @@ def test_a_failing_notebook_still_leaves_its_time(tmp_path):
     books.mkdir()
     _notebook(books / "00_fails.ipynb", "raise RuntimeError('stub failure')")
     with pytest.raises(NotebookFailed, match="00_fails.ipynb failed at cell .*stub failure"):
-        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True, emit=lambda s: None)
+        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True, emit=lambda s: None,
+                     calibrate=False)
     table = json.loads((tmp_path / "reports" / "pipeline_times.json").read_text())
     assert [(n["name"], n["status"]) for n in table["notebooks"]] == [("00_fails", "failed")]
 

@@ -23,10 +23,21 @@ SMOKE = {"filtering.target_size": 64, "distill.n_validation": 4, "distill.shard_
          "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 40}
 
 
-def test_tiny_pipeline_end_to_end(tmp_path):
+def _overrides(folder) -> dict:
+    return {"run_dir": str(folder / "run"), "reports_dir": str(folder / "reports"),
+            "data.tinyworld_dir": str(folder / "world"), **SMOKE}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One smoke-size run of the whole pipeline, shared by the tests below (each reads it or runs on top of it)."""
+    folder = tmp_path_factory.mktemp("smoke")
+    return folder, run_pipeline("tiny", overrides=_overrides(folder), progress=False)
+
+
+def test_tiny_pipeline_end_to_end(smoke):
+    tmp_path, runs = smoke
     reports = tmp_path / "reports"
-    runs = run_pipeline("tiny", overrides={"run_dir": str(tmp_path / "run"), "reports_dir": str(reports),
-                                           "data.tinyworld_dir": str(tmp_path / "world"), **SMOKE}, progress=False)
     assert [r.name for r in runs] == NOTEBOOKS
     assert all(r.status == "ok" for r in runs)
     for nb in runs:
@@ -80,3 +91,71 @@ def test_tiny_pipeline_end_to_end(tmp_path):
     assert m("07_tables_and_figures")["n_artefacts"] >= len(TABLES) * 3 + len(FIGURES) * 2
     main_table = (reports / "tables" / "table1_main.md").read_text()
     assert "paper" in main_table.lower() and "tiny" in main_table.lower()
+
+
+def _stream_text(cells) -> str:
+    return "\n".join(o.get("text", "") for c in cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def test_stepping_through_notebook_04_in_a_live_kernel_rerun_cells_and_a_restart(smoke):
+    """As a person in JupyterLab: notebook 04's cells one at a time in one kernel, the "one step" cells run
+    again (a second step of the same trainer), then the kernel is gone halfway and a new one runs the notebook
+    from the top: it resumes from the checkpoint on disk, steps once more and trains to the end. Every step is
+    logged once; the bars are widgets, without tqdm's IProgress warning."""
+    import nbformat
+    from nbclient import NotebookClient
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    from acesql_lib.pipeline import NOTEBOOK_DIR
+
+    folder, _ = smoke
+    over = {**_overrides(folder), "grpo.max_steps": 4}  # its own variant: the pipeline's runs stay as they are
+    book = parameterize_notebook(load_notebook_node(str(NOTEBOOK_DIR / "04_joint_grpo.ipynb")),
+                                 {"profile": "tiny", "overrides": over, "variant": "stepped"})
+    step_cell = next(i for i, c in enumerate(book.cells) if "trainer.collect()" in c.source)
+    train_md = next(i for i, c in enumerate(book.cells) if c.cell_type == "markdown" and c.source.startswith("## Train"))
+    train_cell = next(i for i, c in enumerate(book.cells) if "trainer.train()" in c.source)
+
+    def session(plan: list[int]) -> tuple[list, list[str]]:
+        nb = nbformat.from_dict(book.copy())
+        client = NotebookClient(nb, kernel_name="python3", timeout=600,
+                                resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+        ran, mimes = [], []
+        with client.setup_kernel():
+            for i in plan:
+                if nb.cells[i].cell_type != "code":
+                    continue
+                cell = nbformat.from_dict(nb.cells[i].copy())  # a re-run cell keeps its own outputs
+                client.execute_cell(cell, i)
+                ran.append(cell)
+                mimes += [m for o in cell.get("outputs", []) for m in o.get("data", {})]
+        return ran, mimes
+
+    first = list(range(train_md))  # the parameters (injected ones too) and every cell before "## Train"
+    cells, mimes = session(first + list(range(step_cell, train_md)))  # ... and the step cells once more
+    text = _stream_text(cells)
+    assert "Step 1 of 4" in text and "Step 2 of 4" in text, text[-3000:]
+    run = folder / "run" / "grpo" / "stepped"
+    assert (run / "checkpoint-2" / "COMPLETE").exists()  # grpo.save_every = 2
+    # a new kernel, from the top: state comes from disk
+    cells, mimes2 = session([*range(train_md), train_cell])
+    text2 = _stream_text(cells)
+    assert "resuming at step 2" in text2 and "Step 3 of 4" in text2, text2[-3000:]
+    text += text2
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert (run / "final" / "config.json").exists()
+    assert "TqdmWarning" not in text and "IProgress not found" not in text
+    assert "application/vnd.jupyter.widget-view+json" in mimes + mimes2  # progress bars drawn as widgets
+
+
+def test_notebook_05_opens_alone_on_a_finished_run(smoke):
+    """After a full run, notebook 05 runs by itself (its first cell says what it reads from disk): every
+    evaluation is read back from the run folder, none redone."""
+    folder, _ = smoke
+    (run,) = run_pipeline("tiny", only=["05"], overrides=_overrides(folder), progress=False, calibrate=False)
+    assert run.name == "05_evaluation" and run.status == "ok"
+    stages = json.loads((folder / "reports" / "metrics" / "05_evaluation.json").read_text())["stages"]
+    assert set(stages) == {"base", "sft", "rl"}
+    assert all(res["reused"] for stage in stages.values() for res in stage.values())

@@ -60,8 +60,36 @@ def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
 
 def test_the_repository_has_one_block_per_profile_in_its_file():
     rr = _script()
-    for profile, name in (("tiny", "README.md"), ("tiny-study", "docs/status.md")):
-        assert rr.block_file(profile) == SCRIPT.parents[1] / name
-        text = rr.block_file(profile).read_text()
-        begin, end = rr.markers(profile)
+    root = SCRIPT.parents[1]
+    for block, name, tables in (("tiny", "README.md", ("table1_main", "claims")),
+                                ("tiny-details", "docs/status.md", ("table2_efficiency", "table4_ablation")),
+                                ("tiny-study", "docs/status.md", rr.ALL_TABLES)):
+        assert (block, root / name, tables) in rr.blocks_of(rr.BLOCKS[block][1])
+        text = (root / name).read_text()
+        begin, end = rr.markers(block)
         assert text.count(begin) == 1 and text.count(end) == 1 and text.index(begin) < text.index(end)
+    assert rr.block_file("tiny") == root / "README.md"
+
+
+def test_the_front_page_block_and_the_details_block_come_from_one_run(reports_dir, tmp_path):
+    """`--profile tiny` writes the main table and the claims into the README's block and the efficiency
+    and ablation tables into docs/status.md's, both from the same reports."""
+    rr = _script()
+    readme, status = tmp_path / "README.md", tmp_path / "status.md"
+    readme.write_text("<!-- results:tiny -->\nold\n<!-- /results:tiny -->\n")
+    status.write_text("x\n<!-- results:tiny-details -->\nold\n<!-- /results:tiny-details -->\n")
+    saved = dict(rr.BLOCKS)
+    rr.BLOCKS.update({"tiny": (str(readme), "tiny", rr.SECTION_TABLES),
+                      "tiny-details": (str(status), "tiny", ("table2_efficiency", "table4_ablation"))})
+    try:
+        assert rr.main(["--profile", "tiny", "--reports", str(reports_dir)]) == 0
+        assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--check"]) == 0
+    finally:
+        rr.BLOCKS.clear()
+        rr.BLOCKS.update(saved)
+    tables = reports_dir / "tables"
+    front, details = readme.read_text(), status.read_text()
+    assert (tables / "claims.md").read_text().strip() in front and (tables / "table1_main.md").read_text().strip() in front
+    assert (tables / "table4_ablation.md").read_text().strip() in details
+    assert (tables / "claims.md").read_text().strip() not in details
+    assert (tables / "table2_efficiency.md").read_text().strip() not in front

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from tqdm.auto import tqdm
+from ..progress import tqdm
 
 from . import workers
 from .compare import MODES, gold_has_order_by
