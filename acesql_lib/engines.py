@@ -254,6 +254,17 @@ def policy_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch
             model.unmerge_adapter()
 
 
+def launched_world() -> tuple[int, int, int] | None:
+    """(rank, local rank, world size) when this process is one of several in an initialised torch.distributed
+    group (a launcher's), else None."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    rank = dist.get_rank()
+    return rank, int(os.environ.get("LOCAL_RANK", rank)), dist.get_world_size()
+
+
 class VLLMEngine(Engine):
     """A colocated `vllm.LLM` whose weights `sync_weights` replaces in place (no restart).
 
@@ -270,9 +281,20 @@ class VLLMEngine(Engine):
                  max_model_len: int = 6144, seed: int = 0, enforce_eager: bool | None = None,
                  tensor_parallel_size: int = 1, in_process: bool = True):
         on_cpu = not torch.cuda.is_available()
-        self.in_process = in_process and tensor_parallel_size == 1
+        launched = launched_world()
+        # Under `accelerate launch` every rank runs its own engine beside its own policy: vLLM's external
+        # launcher puts each engine's worker in this process on this rank's device (LOCAL_RANK), inside the
+        # launcher's process group, as TRL's colocate mode does; the "uni" executor would put every rank's
+        # worker on device 0 in a process group of its own.
+        self.external = launched is not None and tensor_parallel_size == 1
+        self.in_process = (in_process and tensor_parallel_size == 1) or self.external
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self.in_process else "1"
+        if self.external:
+            rank, local_rank, world = launched
+            os.environ.update(RANK=str(rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world))
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
         # vLLM's CPU worker drops torch to one thread for serving unless OMP_NUM_THREADS is set; in
         # process that would also starve the training step, so pin the current thread count.
         os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
@@ -289,7 +311,9 @@ class VLLMEngine(Engine):
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        if self.in_process:
+        if self.external:
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        elif self.in_process:
             kwargs["distributed_executor_backend"] = "uni"
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()

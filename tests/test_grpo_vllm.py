@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from launching import free_port
 from vllm_env import REPO_ROOT, vllm_env, vllm_python
 
 pytestmark = pytest.mark.vllm
@@ -93,3 +94,20 @@ def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(templa
     assert wa.keys() == wb.keys()
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+
+
+def test_each_launched_rank_runs_its_own_engine_through_the_external_launcher():
+    """Two torchrun ranks over gloo, as `accelerate launch` starts GRPO: each rank's colocated engine joins
+    the launch through vLLM's external launcher (on a GPU: on the rank's own device, LOCAL_RANK), decodes
+    what the rank's policy decodes before and after an in-place sync, and the launch's process group still
+    serves collectives (the uni executor set up a group of its own, every engine on device 0)."""
+    python = vllm_python()
+    cmd = [str(python), "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           str(Path(__file__).with_name("vllm_ranks_check.py")), str(REPO_ROOT / "data" / "tiny_base")]
+    done = subprocess.run(cmd, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = sorted((json.loads(x) for x in done.stdout.splitlines() if x.startswith('{"rank"')), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert r["world"] == 2 and r["external"] and r["before"] and r["after"] and r["moved"], r
+        assert r["all_reduce"] == 2.0
