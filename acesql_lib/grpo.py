@@ -43,7 +43,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
                       group_advantages, retriever_reward)
 from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
 from .routes import rollout_route_records, route_share
-from .sharding import shard_reference
+from .sharding import reduce_gradients_in_fp32, shard_reference
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from .tracking import open_tracker
 
@@ -245,6 +245,7 @@ class JointGRPO:
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
                                       weight_decay=self.g.weight_decay)
         warmup = warmup_steps(self.g.warmup_ratio, self.total_steps, self.g.schedule)
+        reduce_gradients_in_fp32(self.acc)  # FSDP2: bf16 compute, fp32 gradient reduction (the authors' verl)
         self.model, self.optimizer = self.acc.prepare(policy, optimizer)
         # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
         # are not split (accelerate/scheduler.py), so 4 ranks would run the warm-up 4x as fast. One

@@ -7,6 +7,10 @@ per-layer units so a forward pass gathers one layer at a time instead of the who
 then keeps 1/N of the reference (w·P/N bytes instead of w·P; acesql_lib/memory.py) and its log-probabilities
 are unchanged. Under DDP or on one process the reference stays as it is (DDP would refuse a model with
 nothing to train).
+
+`reduce_gradients_in_fp32` sets the FSDP mixed-precision policy the policy is prepared with to bf16 compute and
+fp32 gradient reduction, as the authors' verl (accelerate's bf16 default reduces in bf16, losing the low bits
+of the averaged gradient); DDP already reduces the fp32 masters' gradients in fp32.
 """
 from __future__ import annotations
 
@@ -49,3 +53,20 @@ def shard_reference(model: torch.nn.Module | None, accelerator: Any) -> torch.nn
         mesh = mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)]
     return shard_frozen(model, mesh, plugin.mixed_precision_policy, plugin.cpu_offload or None,
                         bool(plugin.reshard_after_forward))
+
+
+def reduce_gradients_in_fp32(accelerator: Any) -> bool:
+    """Under FSDP2, before `prepare`: keep the bf16 parameters and outputs of accelerate's policy and reduce
+    gradients in fp32. Returns whether the policy changed."""
+    if not getattr(accelerator, "is_fsdp2", False):
+        return False
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    plugin = accelerator.state.fsdp_plugin
+    current = plugin.mixed_precision_policy
+    if current is None or current.param_dtype is None or current.reduce_dtype == torch.float32:
+        return False  # no mixed precision asked for, or fp32 reduction already
+    plugin.mixed_precision_policy = MixedPrecisionPolicy(param_dtype=current.param_dtype, reduce_dtype=torch.float32,
+                                                         output_dtype=current.output_dtype,
+                                                         cast_forward_inputs=current.cast_forward_inputs)
+    return True

@@ -159,3 +159,22 @@ def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(
         assert got["frozen"] and not got["training"]
         assert got["held"] <= total / 2 + 64  # its shard (dim-0 halves, up to one row of padding per tensor)
         assert torch.allclose(got["logp"], expected, atol=1e-6)
+
+
+def test_fsdp2_reduces_gradients_in_fp32_with_bf16_compute():
+    """accelerate's bf16 FSDP2 policy reduces gradients in bf16; the trainer asks for fp32 reduction (the
+    authors' verl) and keeps bf16 parameters and outputs. DDP and single-process runs are left as they are."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import FullyShardedDataParallelPlugin
+
+    from acesql_lib.sharding import reduce_gradients_in_fp32
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, mixed_precision_policy="bf16")
+    assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16  # accelerate's default
+    acc = SimpleNamespace(is_fsdp2=True, state=SimpleNamespace(fsdp_plugin=plugin))
+    assert reduce_gradients_in_fp32(acc)
+    mp = plugin.mixed_precision_policy
+    assert (mp.param_dtype, mp.reduce_dtype, mp.output_dtype) == (torch.bfloat16, torch.float32, torch.bfloat16)
+    assert not reduce_gradients_in_fp32(acc)  # already fp32
+    assert not reduce_gradients_in_fp32(SimpleNamespace(is_fsdp2=False))
