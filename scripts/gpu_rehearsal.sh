@@ -4,8 +4,10 @@
 # Steps: (1) preflight of the rehearsal on this GPU, (2) notebooks 00-07 of the rehearsal with
 # model.device=cuda, bf16 and engine.kind=vllm into runs/rehearsal_gpu, reports/rehearsal_gpu,
 # (3) greedy parity of vLLM and HF before and after a weight sync and the colocated engine's rollout
-# tokens/s against a standalone vllm.LLM (scripts/gpu_rehearsal_checks.py). Sized for about 10 minutes
-# on one GPU; set ONLY="00 05" to run a part of the pipeline.
+# tokens/s against a standalone vllm.LLM (scripts/gpu_rehearsal_checks.py), (4) with two GPUs or more, the
+# paper's launch on two of them: GRPO under FSDP2 (configs/accelerate/fsdp.yaml), one engine per rank,
+# killed after its first checkpoint and resumed to the end. Sized for about 10 minutes on one GPU (15 with
+# two); set ONLY="00 05" to run a part of the pipeline.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${1:-.venv/bin/python}"
@@ -19,4 +21,11 @@ start=$(date +%s)
 "$PY" -m acesql_lib.pipeline --profile rehearsal ${ONLY:+--only $ONLY} --set "${SET[@]}"
 echo "pipeline: $(( $(date +%s) - start )) s"
 "$PY" scripts/gpu_rehearsal_checks.py --dtype bfloat16
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  LAUNCH=("$PY" -m accelerate.commands.launch --config_file configs/accelerate/fsdp.yaml --num_processes 2
+          -m acesql_lib.grpo --config rehearsal --set "${SET[@]}" grpo.max_steps=4 grpo.save_every=2)
+  timeout --signal=KILL 900 "${LAUNCH[@]}" --stop-after 2   # a pause after the step-2 checkpoint
+  "${LAUNCH[@]}"                                         # resumes at step 2, runs to 4
+  test -f runs/rehearsal_gpu/grpo/full/final/config.json && echo "2-GPU FSDP2 launch: resumed and finished"
+fi
 echo "total: $(( $(date +%s) - start )) s"
