@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
-import os
 import sqlite3
+import uuid
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 from pathlib import Path
@@ -218,12 +219,24 @@ def open_index(db_path: str | Path, cache_dir: str | Path, **settings: Any) -> V
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache entry is rebuilt below
     index = ValuesIndex.from_values(database_values(db_path), **settings)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    # Several processes may build the same entry at once (every rank of a launch, on a fresh run folder):
+    # each writes its own temporary folder and renames it into place; a stale entry is moved aside first, and
+    # when another process got there first, its equal build is kept and ours dropped.
+    unique = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = folder.with_name(f"{folder.name}.tmp-{unique}")
     index.save(tmp)
     (tmp / "meta.json").write_text(json.dumps(sig))
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    if folder.exists():
+        aside = folder.with_name(f"{folder.name}.old-{unique}")
+        try:
+            folder.rename(aside)
+        except OSError:
+            pass  # another process moved it already
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process renamed its build into place between our two steps
+        shutil.rmtree(tmp, ignore_errors=True)
     return index
 
 

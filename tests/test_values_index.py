@@ -184,3 +184,32 @@ def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_d
     (tiny,) = make_tasks([ex], 2, 40, load_config("tiny").data, tmp_path / "tiny_index")
     assert tiny.relevant_values is None and tiny.full_ddl == tiny.schema.to_ddl()
     assert tiny.full_ddl.startswith("CREATE TABLE stores (\n  id INTEGER")
+
+
+def _open_from_another_process(args) -> dict:
+    db, cache, barrier = args
+    barrier.wait()  # every process builds at the same moment, as every rank of a launch does
+    return open_index(db, cache).relevant_values("at Paris")
+
+
+def test_processes_building_one_cache_entry_at_once_all_succeed(shop_db, tmp_path):
+    """Every rank of a launch opens the same values index on a fresh run folder: each builds it and renames
+    its own build into place; none fails on another's half-written folder, one entry remains, no leftovers
+    (before, all wrote one `.tmp` folder, and one rank's rename broke the other's save)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    for attempt in range(3):  # fresh cache, then a stale entry (the database changed) rebuilt by all at once
+        cache = tmp_path / "cache"
+        if attempt == 2:
+            conn = sqlite3.connect(shop_db)
+            conn.execute("INSERT INTO stores VALUES (9, 'Dock', 'Paris', NULL)")
+            conn.commit()
+            conn.close()
+        with ctx.Manager() as manager:
+            barrier = manager.Barrier(6)
+            with ctx.Pool(6) as pool:
+                results = pool.map(_open_from_another_process, [(shop_db, cache, barrier)] * 6)
+        assert results == [{"stores.city": ["Paris"]}] * 6
+        assert [p.name for p in cache.iterdir()] == [f"shop-{next(cache.iterdir()).name.split('-')[1]}"]
+        assert json.loads((next(cache.iterdir()) / "meta.json").read_text())["size"] == shop_db.stat().st_size
