@@ -52,7 +52,8 @@ def named_paths(text: str) -> set[str]:
 def named_keys(text: str) -> set[str]:
     """Dotted settings `section.field` whose section is one of Config's."""
     keys = set()
-    for code in re.findall(r"`([^`\n]+)`", text):
+    fenced = re.findall(r"```[a-z]*\n(.*?)```", text, re.DOTALL)  # the commands in code blocks too
+    for code in re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.DOTALL)) + fenced:
         for m in re.finditer(r"(?<![\w/.])([a-z_]+)\.([a-z_]+)(?:=|\b)", code):
             if m.group(1) in SECTIONS:
                 keys.add(f"{m.group(1)}.{m.group(2)}")
