@@ -43,7 +43,12 @@ def vllm_python() -> Path:
     if verdict == "skip":
         pytest.skip(message)
     if not _SETUP:
-        _SETUP.append(subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1800))
+        import fcntl
+
+        # one setup at a time: pytest-xdist's workers may all ask at once; the later ones find it ready
+        with open(REPO_ROOT / ".venv-vllm.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _SETUP.append(subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=1800))
     setup = _SETUP[0]
     verdict, message = setup_verdict(dict(os.environ), setup.returncode, VENV_PYTHON.exists(),
                                      f"{setup.stdout[-2000:]}\n{setup.stderr[-2000:]}")
