@@ -66,11 +66,8 @@ study: $(STAMP)
 readme-results: $(STAMP)
 	$(PY) scripts/readme_results.py --profile $(PROFILE)
 
-# The suite on every core (pytest-xdist; TEST_WORKERS=0 runs it in one process), each test file on one worker
-# so a module's shared fixtures are built once.
-TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The checks that need a CUDA GPU (tests/test_gpu.py); scripts/gpu_checks.sh runs them and writes the figures.
 test-gpu: $(STAMP)
