@@ -26,7 +26,7 @@ from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
-from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
+from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, Task, rollout
 from .routes import route_share
 from .schema import Schema
 from .timing import PHASES_LOG, append_phases, totals
@@ -91,8 +91,8 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     sampling = dataclasses.asdict(SamplingSpec.distill(cfg))
     sampling["seed"] = cfg.seed  # the run's seed: each shard derives its own from it (SamplingSpec.distill)
     keys = ("vote_threshold", "compare_mode", "exec_timeout_s", "shard_size")
-    g = cfg.grpo  # the format rules stage 1 judges by are GRPO's (run_distillation)
-    rules = {k: getattr(g, k) for k in ("think_rule", "retriever_parser", "truncation")}
+    spec = RolloutSpec.distill(cfg)  # the rules stage 1 judges by are GRPO's (run_distillation)
+    rules = {k: getattr(spec, k) for k in RolloutSpec.JUDGING}
     return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model, "rules": rules}
 
 
@@ -122,11 +122,8 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                 records.extend(done)
                 bar.update(len(chunk))
                 continue
-        # the format is judged by the rules GRPO rewards (grpo.think_rule, retriever_parser, truncation)
-        g = cfg.grpo
-        rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), vote_threshold=d.vote_threshold,
-                        style=style, compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s,
-                        think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation)
+        # judged as GRPO rewards (RolloutSpec.distill: grpo.*'s parsers, truncation, SQL text and column sets)
+        rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
         lines = [_record(r) for r in rolls]
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))

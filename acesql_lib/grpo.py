@@ -41,7 +41,7 @@ from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
                       group_advantages, retriever_reward)
-from .rollouts import QuestionRollout, SamplingSpec, Task, rollout
+from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, Task, rollout
 from .routes import rollout_route_records, route_share
 from .sharding import reduce_gradients_in_fp32, shard_reference
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
@@ -235,6 +235,7 @@ class JointGRPO:
         from accelerate import Accelerator
 
         self.cfg, self.g = cfg, cfg.grpo
+        self.rules = RolloutSpec.grpo(cfg)  # how every rollout of this run is judged, validation's too
         self.acc = accelerator or Accelerator(**accelerator_precision(self.g.bf16, torch.cuda.is_available()))
         self.tokenizer, self.engine, self.style = tokenizer, engine, style
         self.tasks, self.val_tasks, self.pool = list(tasks), list(val_tasks), pool
@@ -292,10 +293,7 @@ class JointGRPO:
         tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
-        return rollout(tasks, self.engine, self.tokenizer, spec, vote_mode=g.vote, vote_threshold=g.vote_threshold,
-                       style=self.style, compare_mode=g.compare_mode, timeout_s=g.exec_timeout_s,
-                       think_rule=g.think_rule, retriever_parser=g.retriever_parser, truncation=g.truncation,
-                       sql_whitespace=g.sql_whitespace, bare_table_columns=g.bare_table_columns)
+        return rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style)
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -454,11 +452,8 @@ class JointGRPO:
     def _validate(self) -> dict[str, float]:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
-        rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), style=self.style,
-                        vote_mode=self.g.vote, vote_threshold=self.g.vote_threshold,
-                        compare_mode=self.g.compare_mode, timeout_s=self.g.exec_timeout_s, think_rule=self.g.think_rule,
-                        retriever_parser=self.g.retriever_parser, truncation=self.g.truncation,
-                        sql_whitespace=self.g.sql_whitespace, bare_table_columns=self.g.bare_table_columns)
+        rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), self.rules,
+                        style=self.style)
         def exact(parse: Any, r: QuestionRollout) -> int:  # a retriever sample's set is a pool target (read only)
             return int(bool(parse.columns) and parse.columns in (self.pool.targets(r.task.qid) or [r.task.gold_columns]))
 

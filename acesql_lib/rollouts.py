@@ -7,6 +7,8 @@ from the stage's config. Everything is batched over questions: one engine call p
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import re
 from collections import Counter
@@ -222,6 +224,43 @@ class SamplingSpec:
         return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens)
 
 
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How a training rollout is judged, the same in every stage that rolls out for training: self-distillation
+    (§3.2, whose correct rollouts become SFT data and the initial pool), GRPO (§4) and its validation. The
+    think rule, the parsers' rules and the truncation rule decide what a completion says; `sql_whitespace`
+    how both SQLs are written before they run; `bare_table_columns` which column set a matching SQL adds to
+    the pool; the vote, the comparison and the deadline complete the step. Built from the config once
+    (`RolloutSpec.grpo` / `.distill`), never unpacked by hand; the judging rules are always `grpo.*`'s, so
+    stage 1 judges a completion exactly as RL rewards it."""
+
+    think_rule: str = "authors"
+    retriever_parser: str = "authors"
+    truncation: str = "length"
+    sql_whitespace: str = "keep"
+    bare_table_columns: str = "anchor"
+    vote_mode: str = "majority"
+    vote_threshold: float = 0.5
+    compare_mode: str = "multiset"
+    timeout_s: float = 30.0
+
+    JUDGING = ("think_rule", "retriever_parser", "truncation", "sql_whitespace", "bare_table_columns")
+
+    @classmethod
+    def grpo(cls, cfg: Any) -> "RolloutSpec":
+        """§4 steps 1-4 (training and validation): `grpo.*`."""
+        g = cfg.grpo
+        return cls(g.think_rule, g.retriever_parser, g.truncation, g.sql_whitespace, g.bare_table_columns,
+                   g.vote, g.vote_threshold, g.compare_mode, g.exec_timeout_s)
+
+    @classmethod
+    def distill(cls, cfg: Any) -> "RolloutSpec":
+        """§3.2: GRPO's judging rules; the stage's own vote threshold, comparison and deadline (`distill.*`)."""
+        d = cfg.distill
+        return dataclasses.replace(cls.grpo(cfg), vote_mode="majority", vote_threshold=d.vote_threshold,
+                                   compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s)
+
+
 RetrieverParser = Callable[[Completion, Task], Any]
 GeneratorParser = Callable[[Completion, Task], Any]
 
@@ -303,26 +342,20 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
             for t, ps, outs in zip(tasks, prompts, out)]
 
 
-def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, *,
-            vote_mode: str = "majority", vote_threshold: float = 0.5, style: str = "paper",
-            compare_mode: str = "multiset", timeout_s: float = 30.0, workers: int = 0, progress: bool = False,
-            think_rule: str = "authors", retriever_parser: str = "authors",
-            truncation: str = "length", sql_whitespace: str = "keep", bare_table_columns: str = "anchor"
-            ) -> list[QuestionRollout]:
-    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation `spec`).
-
-    `think_rule` / `retriever_parser`: the parsers' rule sets (prompts module); `truncation`:
-    "length" (authors: the response reached max_new_tokens) or "no_stop" (kit: no stop token);
-    `sql_whitespace`: how both SQLs are written before they run (`normalise_sql`).
-    """
-    r_parse, g_parse = training_parsers(spec.max_new_tokens, think_rule, retriever_parser, truncation)
+def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, rules: RolloutSpec, *,
+            style: str = "paper", workers: int = 0, progress: bool = False) -> list[QuestionRollout]:
+    """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation specs): `spec` says how both
+    roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote)."""
+    r_parse, g_parse = training_parsers(spec.max_new_tokens, rules.think_rule, rules.retriever_parser,
+                                        rules.truncation)
     retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
-    voted, seen = select(retrieved, spec.n_generator, vote_mode, vote_threshold)
+    voted, seen = select(retrieved, spec.n_generator, rules.vote_mode, rules.vote_threshold)
     generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 4. execute every SQL against its gold (gold results are cached by the executor)
-    execute_rollouts(results, compare_mode=compare_mode, timeout_s=timeout_s, workers=workers, progress=progress,
-                     sql_whitespace=sql_whitespace, bare_table_columns=bare_table_columns)
+    execute_rollouts(results, compare_mode=rules.compare_mode, timeout_s=rules.timeout_s, workers=workers,
+                     progress=progress, sql_whitespace=rules.sql_whitespace,
+                     bare_table_columns=rules.bare_table_columns)
     return results
 
 

@@ -64,7 +64,7 @@ def main() -> None:
     from acesql_lib.engines import HFEngine
     from acesql_lib.evaluate import evaluate, load_eval_set
     from acesql_lib.models import load_policy
-    from acesql_lib.rollouts import SamplingSpec, Task, rollout
+    from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.timing import totals
     from acesql_lib.values_index import attach
 
@@ -91,8 +91,7 @@ def main() -> None:
             tokens = sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records)  # gold pass not counted
             score = result.ex
         else:
-            rolls = rollout(pool_tasks, engine, tokenizer, spec, style=cfg.model.prompt_style,
-                            timeout_s=cfg.distill.exec_timeout_s)
+            rolls = rollout(pool_tasks, engine, tokenizer, spec, RolloutSpec.distill(cfg), style=cfg.model.prompt_style)
             outputs = None
             tokens = sum(c.n_tokens for r in rolls for c in [*r.retriever.completions, *r.generator.completions])
             score = 100.0 * sum(sum(r.matches) for r in rolls) / max(1, sum(len(r.matches) for r in rolls))

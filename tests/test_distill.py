@@ -157,17 +157,18 @@ def test_products_default_to_the_profiles_prompt_style(tasks):
 @pytest.mark.parametrize("rules", [{}, {"grpo.think_rule": "kit", "grpo.retriever_parser": "kit",
                                         "grpo.truncation": "no_stop"}])
 def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, monkeypatch, rules):
-    """Distillation's rollouts parse with GRPO's think rule, retriever parser and truncation rule, and a
-    change of rule writes new shards."""
+    """Distillation's rollouts are judged by GRPO's rules (think rule, retriever parser, truncation, the SQL's
+    text, the column-set rule), and a change of rule writes new shards."""
     from acesql_lib import distill
 
     world, ts = tasks
     seen = []
     real = distill.rollout
 
-    def recording(*args, **kw):
-        seen.append({k: kw.get(k) for k in ("think_rule", "retriever_parser", "truncation")})
-        return real(*args, **kw)
+    def recording(tasks, engine, tokenizer, spec, rules, **kw):
+        seen.append({k: getattr(rules, k) for k in ("think_rule", "retriever_parser", "truncation",
+                                                    "sql_whitespace", "bare_table_columns")})
+        return real(tasks, engine, tokenizer, spec, rules, **kw)
 
     monkeypatch.setattr(distill, "rollout", recording)
     tok = train_tiny_tokenizer(list(world_text(world))[:3000], vocab_size=400)
@@ -176,6 +177,9 @@ def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, 
                                "distill.shard_size": 2, "distill.rl_min_correct": 0, "distill.rl_max_correct": 1, **rules})
     run_distillation(cfg, ts[:2], HFEngine(model, tok), tok, tmp_path, style="tiny", progress=False)
     g = cfg.grpo
-    assert seen == [{"think_rule": g.think_rule, "retriever_parser": g.retriever_parser, "truncation": g.truncation}]
-    other = load_config("tiny", {"grpo.think_rule": "kit" if g.think_rule == "authors" else "authors"})
-    assert distill.shard_settings(cfg, "tiny") != distill.shard_settings(other, "tiny")
+    assert seen == [{"think_rule": g.think_rule, "retriever_parser": g.retriever_parser, "truncation": g.truncation,
+                     "sql_whitespace": g.sql_whitespace, "bare_table_columns": g.bare_table_columns}]
+    for key, value in (("grpo.think_rule", "kit" if g.think_rule == "authors" else "authors"),
+                       ("grpo.sql_whitespace", "collapse"), ("grpo.bare_table_columns", "anchor")):
+        other = load_config("tiny", {**rules, key: value})
+        assert distill.shard_settings(cfg, "tiny") != distill.shard_settings(other, "tiny"), key

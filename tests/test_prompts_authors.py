@@ -301,7 +301,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     from acesql_lib.datasets import Example
     from acesql_lib.evaluate import evaluate
     from acesql_lib.prompts import AUTHORS_EVAL
-    from acesql_lib.rollouts import SamplingSpec, Task, rollout
+    from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.schema import Schema
 
     db = tmp_path / "db" / "club" / "club.sqlite"
@@ -324,7 +324,8 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     assert "reasoning block" not in want[0] + want[1] and result.records[0]["correct"]
 
     engine.prompts = []
-    rollout([task], engine, tokenizer, SamplingSpec(1, 1, 1.0), style=cfg.model.prompt_style, workers=1)
+    rollout([task], engine, tokenizer, SamplingSpec(1, 1, 1.0), RolloutSpec.grpo(cfg), style=cfg.model.prompt_style,
+            workers=1)
     assert engine.prompts == [retriever_prompt(task, tokenizer, "authors"),
                               generator_prompt(task, frozenset({"t.a"}), tokenizer, "authors")]
     assert "Question: \nsite means a\nWhich a at Site B?\n\n" in engine.prompts[0]

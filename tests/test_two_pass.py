@@ -14,7 +14,7 @@ from acesql_lib.datasets import load_bird, schemas_for
 from acesql_lib.engines import HFEngine
 from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.rollouts import SamplingSpec, Task, generate, rollout, select
+from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
 from acesql_lib.routes import alternative_route
 from test_evaluate import QUESTIONS, bird_dir  # noqa: F401  (the fixture: a real SQLite BIRD layout)
 
@@ -80,8 +80,8 @@ def test_evaluate_is_the_rollout_path_run_greedily(tiny, tmp_path):
     result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="t", engine=engine, progress=False)
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking)
-    rolls = rollout(tasks, engine, tok, spec, style=cfg.model.prompt_style, compare_mode="set", workers=1,
-                    think_rule="kit", retriever_parser="kit", truncation="no_stop")
+    rules = RolloutSpec(think_rule="kit", retriever_parser="kit", truncation="no_stop", compare_mode="set")
+    rolls = rollout(tasks, engine, tok, spec, rules, style=cfg.model.prompt_style, workers=1)
     assert len(rolls) == len(result.records) == 3
     for r, rec in zip(rolls, result.records):
         assert rec["retrieved_columns"] == sorted(r.selected) == sorted(r.retriever.parses[0].columns)

@@ -1,0 +1,79 @@
+"""One rollout spec for every training stage: self-distillation (stage 1) judges a completion exactly as GRPO
+and its validation reward it, under every profile (the parsers' rules, truncation, the SQL's text before it
+runs, the column set a match adds to the pool)."""
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from acesql_lib.config import REPO_ROOT as REPO, load_config
+from acesql_lib.models import load_tokenizer
+from acesql_lib.datasets import Example
+from acesql_lib.engines import Completion, Engine
+from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
+from acesql_lib.schema import Schema
+
+GOLD = "SELECT count(*) FROM t"
+ANSWERS = {  # what the scripted generator writes, one per sample: each stresses one rule
+    "commented": "<think>\nx\n</think>\n\n```sql\n-- your SQL query\nSELECT count(*) FROM t\n```",
+    "bare": "<think>\nx\n</think>\n\n```sql\nSELECT COUNT(*) FROM t\n```",
+    "spaced": "<think>\nx\n</think>\n\n```sql\nSELECT count(*)\n   FROM   t\n```",
+    "late_think": "```sql\nSELECT a FROM t\n```\n</think>\n\n```sql\nSELECT count(*) FROM t WHERE b > 0\n```",
+    "truncated": "<think>\nx\n</think>\n\n```sql\nSELECT count(*) FROM t",
+}
+
+
+class _Scripted(Engine):
+    """The retriever pass (the first call) lists two columns; the generator pass writes ANSWERS in order."""
+
+    kind = "scripted"
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate(self, prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=256, seed=None):
+        self.calls += 1
+        if self.calls == 1:
+            text = "<think>\nx\n</think>\n\n```\n[t.a, t.b]\n```"
+            return [[Completion(text, [1, 2, 3], 3, False) for _ in range(n)] for _ in prompts]
+        done = lambda t: Completion(t, [1, 2, 3], 3, False)  # noqa: E731
+        cut = lambda t: Completion(t, list(range(max_new_tokens)), max_new_tokens, True)  # noqa: E731
+        return [[cut(t) if k == "truncated" else done(t) for k, t in list(ANSWERS.items())[:n]] for _ in prompts]
+
+
+@pytest.fixture()
+def task(tmp_path) -> Task:
+    db = tmp_path / "db" / "club" / "club.sqlite"
+    db.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db)
+    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2);")
+    conn.commit()
+    conn.close()
+    ex = Example("q1", "club", "How many rows?", "", GOLD, "simple", "", "bird", str(db))
+    return Task(ex, Schema.from_sqlite(db))
+
+
+@pytest.mark.parametrize("profile", ["tiny", "rehearsal", "paper"])
+def test_stage_1_judges_a_completion_as_grpo_and_its_validation_reward_it(profile, task):
+    cfg = load_config(profile)
+    stage1, grpo = RolloutSpec.distill(cfg), RolloutSpec.grpo(cfg)
+    judging = lambda spec: {k: getattr(spec, k) for k in RolloutSpec.JUDGING}  # noqa: E731
+    assert judging(stage1) == judging(grpo)
+    n = len(ANSWERS)
+    sampling = SamplingSpec(1, n, 1.0, max_new_tokens=64)
+    tokenizer = load_tokenizer(REPO / "data" / "tiny_base")
+    style = cfg.model.prompt_style
+    runs = {}
+    for name, rules in (("stage 1", stage1), ("grpo", grpo)):
+        (r,) = rollout([task], _Scripted(), tokenizer, sampling, rules, style=style, workers=1)
+        runs[name] = ([(p.sql, p.well_formed) for p in r.generator.parses], r.matches, r.match_sets)
+    assert runs["stage 1"] == runs["grpo"]
+    sqls, matches, sets = runs["grpo"]
+    assert matches[1:4] == [True, True, True] and not matches[4]  # the truncated answer has no SQL
+    assert sets[3] == frozenset({"t.b"})
+    # the column-set rule: the authors' (tiny and paper profiles alike) add nothing for SELECT count(*) FROM t
+    assert sets[1] == (frozenset() if grpo.bare_table_columns == "none" else frozenset({"t.a"}))
+    # the SQL's text: collapsed whitespace (paper, the authors' reward) lets the template's comment swallow
+    # the query; kept as written (tiny) it runs
+    assert matches[0] == (grpo.sql_whitespace == "keep")
