@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .datasets import Example
 from .pool import ColumnSetPool
-from .rollouts import Task
+from .task import Task
 from .schema import Schema
 
 log = logging.getLogger(__name__)

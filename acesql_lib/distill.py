@@ -26,7 +26,8 @@ from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool
 from .prompts import generator_messages, parse_think, retriever_messages, retriever_target
-from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, Task, rollout
+from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
+from .task import Task
 from .routes import route_share
 from .schema import Schema
 from .timing import PHASES_LOG, append_phases, totals

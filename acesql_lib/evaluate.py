@@ -52,7 +52,8 @@ from .executor import write_bird_predictions
 from .paths import Paths, resolve
 from .evalparse import parse_generator_eval, parse_retriever_eval
 from .prompts import evaluation_style
-from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, Task, execute_rollouts, generate, retrieve, select
+from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, execute_rollouts, generate, retrieve, select
+from .task import Task
 from .routes import alternative_route, route_share
 from .schema import Schema
 from .stats import SHARE_KEYS  # noqa: F401  (the keys written as fractions; module doc)
@@ -287,7 +288,7 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
 
 # What an evaluation's outputs depend on besides settings: the code that loads, prompts, generates,
 # parses, executes and scores (a change to any of them evaluates afresh)
-EVAL_CODE = ("evaluate", "rollouts", "prompts", "engines", "evalparse", "executor", "schema", "values_index",
+EVAL_CODE = ("evaluate", "rollouts", "task", "prompts", "engines", "evalparse", "executor", "schema", "values_index",
              "sqlcolumns", "routes", "datasets", "models", "stats")
 
 
@@ -381,8 +382,6 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     (`runs/<profile>/eval_cache/`, shared by a study's seeds) is read back instead of redone: notebook 06's
     full variant is notebook 05's RL model, and every seed of a study evaluates the same base and SFT models.
     The metrics then say `"reused": true`; their times are those of the evaluation that ran."""
-    from .models import load_policy
-
     if isinstance(eval_set, str):
         names = {s.name: s for s in cfg.eval.sets}
         if eval_set not in names:

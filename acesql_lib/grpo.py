@@ -34,14 +34,15 @@ import torch
 from .progress import tqdm
 
 from . import checkpoint as ckpt
-from .config import Config, GRPOConfig
+from .config import Config
 from .executor import VALID_STATUSES
 from .microbatches import balanced_partitions, micro_batch_count
 from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
                       group_advantages, retriever_reward)
-from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, Task, rollout
+from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
+from .task import Task
 from .routes import rollout_route_records, route_share
 from .sharding import reduce_gradients_in_fp32, shard_reference
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
@@ -287,7 +288,7 @@ class JointGRPO:
 
     def collect(self) -> list[QuestionRollout]:
         """§4 steps 1-4: retriever samples, vote, generator samples on the voted schema, execution."""
-        g, step = self.g, self.state.step + 1
+        step = self.state.step + 1
         self._phases_at_collect = totals()  # the step's phase times (generation, execution) count from here
         self._collect_t0 = time.perf_counter()
         tasks = [self.tasks[i] for i in self._next_questions()]

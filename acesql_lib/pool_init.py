@@ -21,7 +21,7 @@ from .authors_release import (AuthorsRow, RawPool, index_names, pool_from_releas
                               release_dir, release_file, release_names)
 from .paths import resolve
 from .pool import ColumnSetPool
-from .rollouts import Task
+from .task import Task
 
 GOLD_SEED_WEIGHT = 0.5  # the weight the released pool gives a gold set no correct rollout used
 

@@ -8,72 +8,22 @@ from the stage's config. Everything is batched over questions: one engine call p
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Sequence
 
-from .progress import tqdm
-
-from .datasets import Example
 from .engines import Completion, Engine
 from .executor import score_batch
 from .executor.scoring import rule as scoring_rule, sql_to_run
-from .prompts import generator_messages, parse_generator, parse_retriever, question_text, retriever_messages
+from .progress import tqdm
+from .prompts import generator_messages, parse_generator, parse_retriever, retriever_messages
 from .routes import is_match
-from .schema import Schema
-from .sqlcolumns import ColumnResolutionError, column_set
+from .task import Task
 from .timing import phase
 
-
-@dataclass
-class Task:
-    """A question with its database schema; the unit that rollouts, pools and rewards key on."""
-
-    example: Example
-    schema: Schema
-    # The question's relevant values when they come with the question (the authors' released rows carry
-    # theirs, `relavant_values`); None: the schema's values index finds them.
-    given_values: dict[str, list] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def qid(self) -> str:
-        return self.example.id
-
-    @cached_property
-    def relevant_values(self) -> dict[str, list] | None:
-        """The question's values (§2): the given ones, else those the schema's values index finds, else None."""
-        if self.given_values is not None:
-            return {k.lower(): list(v) for k, v in self.given_values.items()}
-        index = self.schema.values_index
-        return index.relevant_values(question_text(self.example.question, self.example.evidence)) if index else None
-
-    def schema_text(self, selected: frozenset[str] | None = None) -> str:
-        """The schema text of this question's prompts (profile style, relevant values first)."""
-        return self.schema.to_ddl(selected, relevant_values=self.relevant_values)
-
-    @cached_property
-    def full_ddl(self) -> str:
-        return self.schema_text()
-
-    @cached_property
-    def gold_columns(self) -> frozenset[str] | None:
-        try:
-            return column_set(self.example.sql, self.schema)
-        except ColumnResolutionError:
-            return None
-
-    def columns_of(self, sql: str, bare_tables: str = "anchor") -> frozenset[str] | None:
-        """Column set of a predicted SQL, or None when it cannot be resolved (kit rule: never guessed)."""
-        if not sql:
-            return None
-        try:
-            return column_set(sql, self.schema, bare_tables=bare_tables)
-        except ColumnResolutionError:
-            return None
+__all__ = ["Task"]  # re-exported: a question with its schema lives in acesql_lib/task.py
 
 
 TRUNCATION_RULES = ("length", "no_stop")
