@@ -496,6 +496,39 @@ def release_names(cfg: Any) -> dict[str, list[str | None]]:
     return names
 
 
+def pool_statistics(raw: RawPool, rows: Sequence[AuthorsRow] = ()) -> dict[str, Any]:
+    """How the released pool is made up (README evidence): weight kinds, per-question totals and,
+    on the given RL rows, where the gold set sits."""
+    weights = [w for sets in raw.values() for w in sets.values()]
+    halves = [q for q, sets in raw.items() if any(w == 0.5 for w in sets.values())]
+    fractional = [q for q, sets in raw.items() if any(w != 0.5 and not w.is_integer() for w in sets.values())]
+    out: dict[str, Any] = {
+        "questions": len(raw), "entries": len(weights),
+        "integer_weights": sum(w.is_integer() for w in weights), "half_weights": sum(w == 0.5 for w in weights),
+        "fractional_weights": sum(not w.is_integer() and w != 0.5 for w in weights),
+        "questions_with_a_half_weight": len(halves),
+        "questions_with_two_half_weights": sum(sum(w == 0.5 for w in raw[q].values()) > 1 for q in halves),
+        "questions_rescaled": len(fractional), "rescaled_with_a_half_weight": len(set(fractional) & set(halves)),
+    }
+    gold_absent = gold_half = gold_counted = gold_max = total_ok = 0
+    for r in rows:
+        sets = raw.get(r.key, {})
+        w = sets.get(frozenset(r.gold_indices))
+        if w is None:
+            gold_absent += 1
+        elif w == 0.5:
+            gold_half += 1
+        else:
+            gold_counted += 1
+            gold_max += w == max(sets.values())
+        total_ok += abs(sum(sets.values()) - r.pool_stats.get("pool_correct_sum", float("nan"))) <= 1e-6
+    if rows:
+        out.update({"rows": len(rows), "rows_gold_absent": gold_absent, "rows_gold_at_half": gold_half,
+                    "rows_gold_at_rollout_count": gold_counted, "rows_gold_is_a_top_set": gold_max,
+                    "rows_total_is_pool_correct_sum": total_ok})
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from .config import load_config, parse_overrides
 
@@ -516,8 +549,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         root = release_dir(cfg)
         raw, _ = read_pool(release_file(root, "pool"))
         rows, _ = read_rl_rows(release_file(root, "rl_validation"))
-        from .pool_init import pool_statistics
-
         print(json.dumps(pool_statistics(raw, rows), indent=1))
 
 

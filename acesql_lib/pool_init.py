@@ -6,7 +6,7 @@ exactly that set (a set some rollout used keeps its count); "sft_rollouts" = the
 "union" and "static_gold" as in `pool.py`; "authors_file" = the authors' released pool itself.
 With `data.stage1_source: authors` every mode but "static_gold" reads the released pool.
 
-The gold rule is read off the released `initial_pool.json` (`pool_statistics`): on the 40
+The gold rule is read off the released `initial_pool.json` (`authors_release.pool_statistics`): on the 40
 released validation rows the gold set is present 40/40, at 0.5 on the 8 rows where it is not among
 the rollout sets and at its integer rollout count on the other 32; 471 of the 2,953 questions hold
 exactly one 0.5 weight, none two. A rollout-backed set (weight >= 1, decayed alike) therefore
@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .authors_release import (AuthorsRow, RawPool, index_names, pool_from_release, pool_key, read_pool,
+from .authors_release import (index_names, pool_from_release, pool_key, read_pool,
                               release_dir, release_file, release_names)
 from .paths import resolve
 from .pool import ColumnSetPool
@@ -40,39 +40,6 @@ def seed_gold(pool: ColumnSetPool, weight: float = GOLD_SEED_WEIGHT) -> tuple[Co
             q["sets"].append([gold, float(weight)])
             seeded += 1
     return ColumnSetPool.from_dict(data, "pool", gamma=pool.gamma), seeded
-
-
-def pool_statistics(raw: RawPool, rows: Sequence[AuthorsRow] = ()) -> dict[str, Any]:
-    """How the released pool is made up (README evidence): weight kinds, per-question totals and,
-    on the given RL rows, where the gold set sits."""
-    weights = [w for sets in raw.values() for w in sets.values()]
-    halves = [q for q, sets in raw.items() if any(w == 0.5 for w in sets.values())]
-    fractional = [q for q, sets in raw.items() if any(w != 0.5 and not w.is_integer() for w in sets.values())]
-    out: dict[str, Any] = {
-        "questions": len(raw), "entries": len(weights),
-        "integer_weights": sum(w.is_integer() for w in weights), "half_weights": sum(w == 0.5 for w in weights),
-        "fractional_weights": sum(not w.is_integer() and w != 0.5 for w in weights),
-        "questions_with_a_half_weight": len(halves),
-        "questions_with_two_half_weights": sum(sum(w == 0.5 for w in raw[q].values()) > 1 for q in halves),
-        "questions_rescaled": len(fractional), "rescaled_with_a_half_weight": len(set(fractional) & set(halves)),
-    }
-    gold_absent = gold_half = gold_counted = gold_max = total_ok = 0
-    for r in rows:
-        sets = raw.get(r.key, {})
-        w = sets.get(frozenset(r.gold_indices))
-        if w is None:
-            gold_absent += 1
-        elif w == 0.5:
-            gold_half += 1
-        else:
-            gold_counted += 1
-            gold_max += w == max(sets.values())
-        total_ok += abs(sum(sets.values()) - r.pool_stats.get("pool_correct_sum", float("nan"))) <= 1e-6
-    if rows:
-        out.update({"rows": len(rows), "rows_gold_absent": gold_absent, "rows_gold_at_half": gold_half,
-                    "rows_gold_at_rollout_count": gold_counted, "rows_gold_is_a_top_set": gold_max,
-                    "rows_total_is_pool_correct_sum": total_ok})
-    return out
 
 
 def pool_questions(tasks: Sequence[Task], names_by_db: Mapping[str, list[str | None]] | None = None

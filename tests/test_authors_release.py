@@ -70,7 +70,7 @@ def test_all_2953_questions_load_into_a_column_set_pool(released):
 
 def test_pool_statistics_say_how_gold_enters(released, rows):
     _, raw, _ = released
-    s = P.pool_statistics(raw, rows)
+    s = A.pool_statistics(raw, rows)
     assert (s["questions"], s["entries"]) == (2953, 5009)
     assert (s["integer_weights"], s["half_weights"], s["fractional_weights"]) == (4159, 471, 379)
     assert s["questions_with_a_half_weight"] == 471 and s["questions_with_two_half_weights"] == 0
