@@ -173,7 +173,10 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     enable_thinking: bool = True  # §2: thinking on
     max_model_len: int = 6144  # prompt 4096 + response 2048 (§4.11)
-    hf_batch_size: int = 64  # prompts per HF generate call
+    hf_batch_size: int = 64  # sequences per HF generate call when sampling (each batch draws on from the last)
+    # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching (the tiny
+    # run's 400 evaluation questions: every prediction the same at 64 and 200, 1.39x faster; benchmarks/README.md)
+    hf_greedy_batch_size: int = 64
     # HF generate's KV cache: "static" (preallocated, no copy per token), "dynamic" (transformers' default),
     # "auto" = static for greedy decoding on CPU, where it is faster (benchmarks/hf_generate_speed.py), else dynamic
     hf_cache: str = "auto"
@@ -187,6 +190,8 @@ class EngineConfig:
         _check(self.hf_cache in ("auto", "static", "dynamic"), "engine.hf_cache",
                f"must be 'auto', 'static' or 'dynamic', got {self.hf_cache!r}")
         _check(self.hf_batch_size >= 1, "engine.hf_batch_size", f"must be >= 1, got {self.hf_batch_size}")
+        _check(self.hf_greedy_batch_size >= 1, "engine.hf_greedy_batch_size",
+               f"must be >= 1, got {self.hf_greedy_batch_size}")
         _check(0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]")
 
 

@@ -86,8 +86,9 @@ def _make_completion(ids: Sequence[int], stops: set[int], max_new_tokens: int, t
 class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
-    `batch_size` counts sequences (prompt copies) per `generate` call, n samples of one prompt
-    included, which bounds memory whatever n is. Each prompt is tokenised once; with
+    `batch_size` counts sequences (prompt copies) per sampling `generate` call, n samples of one prompt
+    included, which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls, where
+    larger batches mean fewer Python-bound decoding steps and the same tokens. Each prompt is tokenised once; with
     `sort_by_length` the rows are batched in order of prompt length (copies of a prompt stay
     together), so a batch pads to a near length, and results come back in prompt order. `cache`:
     "static" preallocates the KV cache (no copy per new token, but every step attends over the whole
@@ -101,10 +102,13 @@ class HFEngine(Engine):
     kind = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
-                 sort_by_length: bool = False, grouped_kv: bool = True):
-        if batch_size < 1 or cache not in ("auto", "static", "dynamic"):
-            raise ValueError(f"HFEngine: batch_size ({batch_size}) must be >= 1, cache ({cache!r}) auto/static/dynamic")
+                 sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None):
+        greedy_batch_size = batch_size if greedy_batch_size is None else greedy_batch_size
+        if min(batch_size, greedy_batch_size) < 1 or cache not in ("auto", "static", "dynamic"):
+            raise ValueError(f"HFEngine: batch sizes ({batch_size}, greedy {greedy_batch_size}) must be >= 1, "
+                             f"cache ({cache!r}) auto/static/dynamic")
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.greedy_batch_size = greedy_batch_size
         self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
@@ -114,17 +118,18 @@ class HFEngine(Engine):
     def from_config(cls, cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any) -> "HFEngine":
         """The engine `engine.hf_*` describes."""
         return cls(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
-                   sort_by_length=cfg.hf_sort_by_length)
+                   sort_by_length=cfg.hf_sort_by_length, greedy_batch_size=cfg.hf_greedy_batch_size)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
 
-    def _batches(self, lengths: Sequence[int], n: int) -> list[list[int]]:
-        """Row indices (row r = copy r % n of prompt r // n) per `generate` call."""
+    def _batches(self, lengths: Sequence[int], n: int, size: int | None = None) -> list[list[int]]:
+        """Row indices (row r = copy r % n of prompt r // n) per `generate` call, `size` rows at most."""
+        size = size or self.batch_size
         rows = list(range(len(lengths) * n))
         if self.sort_by_length:
             rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
-        return [rows[i: i + self.batch_size] for i in range(0, len(rows), self.batch_size)]
+        return [rows[i: i + size] for i in range(0, len(rows), size)]
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
@@ -150,7 +155,8 @@ class HFEngine(Engine):
                     gqa_attention(self.model, enabled=self.grouped_kv and device.type == "cpu"):
                 if seed is not None:
                     torch.manual_seed(seed)
-                for batch in self._batches([len(e) for e in encoded], n):
+                size = self.greedy_batch_size if greedy else self.batch_size
+                for batch in self._batches([len(e) for e in encoded], n, size):
                     ids = [encoded[r // n] for r in batch]
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)

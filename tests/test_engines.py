@@ -234,3 +234,28 @@ def test_engine_settings_are_checked():
         EngineConfig(hf_batch_size=0)
     with pytest.raises(ValueError, match="cache"):
         HFEngine(torch.nn.Linear(1, 1), None, cache="paged")
+
+
+def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts, monkeypatch):
+    """`greedy_batch_size` sizes the greedy calls only: the greedy tokens are the same in one call or in many,
+    and sampling keeps `batch_size`'s batches (its seeded draws run on from batch to batch)."""
+    model, tokenizer = trained
+    many = [prompts[i % 3] + " " * (i // 3) for i in range(7)]
+    calls: list[int] = []
+    real = model.generate
+
+    def counted(*args, **kw):
+        calls.append(kw["input_ids"].shape[0])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "generate", counted)
+    one = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=16)
+    split = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=3)
+    assert _ids(one.generate(many, temperature=0.0, max_new_tokens=16)) == \
+        _ids(split.generate(many, temperature=0.0, max_new_tokens=16))
+    assert calls == [7, 3, 3, 1]
+    calls.clear()
+    sampled = one.generate(many[:3], n=2, temperature=1.0, max_new_tokens=8, seed=1)
+    assert calls == [2, 2, 2]  # batch_size rows per call when sampling
+    assert _ids(sampled) == _ids(HFEngine(model, tokenizer, batch_size=2).generate(many[:3], n=2, temperature=1.0,
+                                                                                   max_new_tokens=8, seed=1))
