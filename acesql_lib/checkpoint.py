@@ -19,6 +19,7 @@ import torch
 import yaml
 
 from .pool import ColumnSetPool
+from .sharding import full_state_dict, is_sharded
 
 MARKER = "COMPLETE"
 
@@ -82,8 +83,8 @@ def restore_optimizer_state(model: torch.nn.Module, optimizer: Any, state: dict[
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
 
 
-def _is_sharded(acc: Any) -> bool:
-    return acc.distributed_type.name.startswith("FSDP")
+def _is_sharded(acc: Any, model: torch.nn.Module) -> bool:
+    return acc.distributed_type.name.startswith("FSDP") or is_sharded(model)
 
 
 LORA_KEY = "lora_"  # PEFT's adapter parameters carry it in their names
@@ -105,8 +106,8 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
     final = out_dir / f"checkpoint-{state.step}"
     tmp = out_dir / f".tmp-checkpoint-{state.step}"
     acc.wait_for_everyone()
-    model_state = acc.get_state_dict(model)  # collective under FSDP: every rank takes part
-    optim_state = gather_optimizer_state(acc.unwrap_model(model), optimizer, _is_sharded(acc))  # collective too
+    model_state = full_state_dict(acc, model)  # collective under FSDP: every rank takes part
+    optim_state = gather_optimizer_state(acc.unwrap_model(model), optimizer, _is_sharded(acc, model))  # collective too
     if acc.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -148,7 +149,7 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f)))
     target = acc.unwrap_model(model)
-    sharded = _is_sharded(acc)
+    sharded = _is_sharded(acc, target)
     missing, unexpected = restore_model_state(target, weights, sharded)
     # tied embeddings are saved once; a LoRA checkpoint holds the adapters alone; anything else missing
     # means a different model

@@ -24,6 +24,7 @@ import torch
 
 from .config import EngineConfig
 from .models import END_OF_TEXT, IM_END
+from .sharding import gathered_fsdp
 
 
 @dataclass
@@ -144,6 +145,8 @@ class HFEngine(Engine):
         static = self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy)
         if static:
             sampling["cache_implementation"] = "static"
+        if gathered_fsdp(self.model):  # whole for generation (sharding.unsharded): no rank waits on another's decoding
+            sampling["synced_gpus"] = False
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         pad, stops = self.tokenizer.pad_token_id, set(self.stops)
         outputs: list[Completion | None] = [None] * (len(prompts) * n)

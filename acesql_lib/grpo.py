@@ -44,7 +44,8 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
 from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .task import Task
 from .routes import rollout_route_records, route_share
-from .sharding import reduce_gradients_in_fp32, shard_reference
+from .sharding import (full_state_dict, is_sharded, kit_fsdp2, reduce_gradients_in_fp32, shard_policy, shard_reference,
+                       unsharded)
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from .tracking import open_tracker
 
@@ -244,11 +245,19 @@ class JointGRPO:
         self.progress = progress and self.acc.is_main_process
         self.penalty = LengthPenalty.from_config(self.g)
         self.total_steps = total_steps(len(self.tasks), self.g.batch_questions, self.g.epochs, self.g.max_steps)
+        policy = shard_policy(policy, self.acc)  # FSDP2 asked for on CPU processes: sharded by the kit (sharding.py)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
                                       weight_decay=self.g.weight_decay)
         warmup = warmup_steps(self.g.warmup_ratio, self.total_steps, self.g.schedule)
         reduce_gradients_in_fp32(self.acc)  # FSDP2: bf16 compute, fp32 gradient reduction (the authors' verl)
-        self.model, self.optimizer = self.acc.prepare(policy, optimizer)
+        if is_sharded(policy):  # already FSDP2 units: accelerate (MULTI_CPU) would wrap them in DDP
+            self.model, self.optimizer = policy, self.acc.prepare(optimizer)
+        else:
+            self.model, self.optimizer = self.acc.prepare(policy, optimizer)
+        if self.acc.is_main_process and self.acc.num_processes > 1:
+            how = ("FSDP2, sharded by the kit (accelerate's FSDP needs GPUs)" if kit_fsdp2(self.acc)
+                   else self.acc.distributed_type.name)
+            print(f"[grpo] {self.acc.num_processes} processes, policy and reference: {how}", flush=True)
         # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
         # are not split (accelerate/scheduler.py), so 4 ranks would run the warm-up 4x as fast. One
         # optimizer step is one scheduler step on every rank; the prepared optimizer shares `optimizer`'s
@@ -294,7 +303,13 @@ class JointGRPO:
         tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
-        return rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style)
+        with self._generating():
+            return rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style)
+
+    def _generating(self) -> Any:
+        """Generation on the live policy (the HF engine) under FSDP2: its units gathered once for all ranks'
+        decoding; an engine with its own copy of the weights (vLLM) needs nothing."""
+        return unsharded(self.model) if getattr(self.engine, "kind", "") == "hf" and self._sharded() else _nullcontext()
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -365,7 +380,8 @@ class JointGRPO:
         pc = combine_into_grads(self.params, saved, g.pcgrad, sharded=self._sharded(), eps=g.pcgrad_eps,
                                 max_ratio=g.pcgrad_max_ratio, detail=self.record_pcgrad)
         del saved  # combined into .grad: not held through the optimizer step
-        grad_norm = float(self.acc.clip_grad_norm_(self.params, g.max_grad_norm))
+        grad_norm = self.acc.clip_grad_norm_(self.params, g.max_grad_norm)
+        grad_norm = float(grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm)  # DTensor under FSDP2
         if self.record_grads:
             self.last_grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
                                for p in self.params]
@@ -441,7 +457,7 @@ class JointGRPO:
         return sums
 
     def _sharded(self) -> bool:
-        return self.acc.distributed_type.name.startswith("FSDP")
+        return self.acc.distributed_type.name.startswith("FSDP") or is_sharded(self.model)
 
     # -- validation (§4.11: every K steps, temperature 0.8, on the held-out questions) --------
     def validate(self) -> dict[str, float]:
@@ -453,8 +469,9 @@ class JointGRPO:
     def _validate(self) -> dict[str, float]:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
-        rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), self.rules,
-                        style=self.style)
+        with self._generating():
+            rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), self.rules,
+                            style=self.style)
         def exact(parse: Any, r: QuestionRollout) -> int:  # a retriever sample's set is a pool target (read only)
             return int(bool(parse.columns) and parse.columns in (self.pool.targets(r.task.qid) or [r.task.gold_columns]))
 
@@ -547,7 +564,7 @@ class JointGRPO:
                     model = model.merge_and_unload()
                     state = None
                 else:  # full tensors on every rank under FSDP (a collective), written once by the main process
-                    state = self.acc.get_state_dict(self.model)
+                    state = full_state_dict(self.acc, self.model)
                 if self.acc.is_main_process:
                     model.save_pretrained(final, state_dict=state)
                     self.tokenizer.save_pretrained(final)

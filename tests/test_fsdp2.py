@@ -178,3 +178,65 @@ def test_fsdp2_reduces_gradients_in_fp32_with_bf16_compute():
     assert (mp.param_dtype, mp.reduce_dtype, mp.output_dtype) == (torch.bfloat16, torch.float32, torch.bfloat16)
     assert not reduce_gradients_in_fp32(acc)  # already fp32
     assert not reduce_gradients_in_fp32(SimpleNamespace(is_fsdp2=False))
+
+
+PROMPTS = ["select name from singer", "how many singers are there", "select age from singer where year = 1987"]
+
+
+def _tiny_lm(folder: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(f"{folder}/model")
+    tokenizer.padding_side = "left"
+    return AutoModelForCausalLM.from_pretrained(f"{folder}/model"), tokenizer
+
+
+def _generate_rank(rank: int, world: int, folder: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    try:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        from acesql_lib.engines import HFEngine
+        from acesql_lib.sharding import is_sharded, unsharded
+
+        model, tokenizer = _tiny_lm(folder)
+        model = _shard(model, init_device_mesh("cpu", (world,)))
+        engine = HFEngine(model, tokenizer, batch_size=1, greedy_batch_size=1)  # one generate call per prompt
+        mine = PROMPTS[:1] if rank == 0 else PROMPTS  # rank 0 decodes once, rank 1 three times and longer
+        with unsharded(model):
+            whole = not is_sharded(model)
+            out = engine.generate(mine, temperature=0.0, max_new_tokens=6 + 10 * rank)
+        torch.save({"tokens": [g[0].token_ids for g in out], "whole": whole, "sharded_after": is_sharded(model)},
+                   f"{folder}/gen{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on_each_other(tmp_path):
+    """GRPO's HF engine decodes on the live policy; under FSDP2 its units are gathered once for generation
+    (`sharding.unsharded`), so ranks with other prompt counts and lengths do not wait on each other (transformers
+    would otherwise keep an FSDP model's ranks decoding in lockstep, a hang here), and the tokens are the
+    unsharded model's."""
+    import time
+
+    from acesql_lib.engines import HFEngine
+    from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
+
+    tokenizer = train_tiny_tokenizer(PROMPTS * 4, vocab_size=300)
+    save_tiny(build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                               intermediate_size=64, max_position=128, seed=0), tokenizer, tmp_path / "model")
+    ctx = mp.start_processes(_generate_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn", join=False)
+    deadline = time.time() + 180
+    while not ctx.join(timeout=2):
+        if time.time() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            raise AssertionError("the ranks did not finish generating: one waits on the other's decoding")
+    model, tokenizer = _tiny_lm(str(tmp_path))
+    engine = HFEngine(model, tokenizer, batch_size=1)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"gen{rank}.pt")
+        assert got["whole"] and got["sharded_after"]
+        mine = PROMPTS[:1] if rank == 0 else PROMPTS
+        expected = engine.generate(mine, temperature=0.0, max_new_tokens=6 + 10 * rank)
+        assert got["tokens"] == [g[0].token_ids for g in expected]

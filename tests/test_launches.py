@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from acesql_lib.config import load_config
 from acesql_lib.datasets import load_synsql, schemas_for
@@ -59,14 +60,20 @@ def test_sft_launch_runs_two_processes(run, tmp_path):
     assert (out / "config.json").exists() and list(out.glob("*.safetensors"))
 
 
-def test_grpo_launch_two_processes_resumes_after_a_kill(run, tmp_path):
+LAUNCH_STEPS = {"grpo.max_steps": 3, "grpo.save_every": 1, "grpo.warmup_ratio": 1.0}  # LR 0, 1/3, 2/3 of its peak
+
+
+def grpo_launch(run: Path, work: Path, accelerate_config: str) -> tuple[list[str], Path]:
+    """A copy of the small RL run and the README's GRPO launch on it (3 steps, a checkpoint after each)."""
     import shutil
 
-    work = tmp_path / "run"
     shutil.copytree(run, work)
-    sets = [f"{k}={v}" for k, v in rl_overrides(work, **{"grpo.max_steps": 2, "grpo.save_every": 1}).items()]
-    cmd = launch(CFG.grpo.accelerate_config, "acesql_lib.grpo", "--config", "rehearsal", "--set", *sets)
-    out = work / "grpo" / "full"
+    sets = [f"{k}={v}" for k, v in rl_overrides(work, **LAUNCH_STEPS).items()]
+    return launch(accelerate_config, "acesql_lib.grpo", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
+
+
+def killed_and_resumed(cmd: list[str], out: Path) -> subprocess.CompletedProcess:
+    """The launch killed (SIGKILL to every rank) once checkpoint-1 is complete, then the same command again."""
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     marker = out / "checkpoint-1" / "COMPLETE"
@@ -83,7 +90,86 @@ def test_grpo_launch_two_processes_resumes_after_a_kill(run, tmp_path):
     assert not (out / "final").exists()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, first_errors(done.stderr)
-    assert (out / "checkpoint-2" / "COMPLETE").exists() and (out / "final" / "config.json").exists()
-    steps = [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2]  # step 1 from before the kill, step 2 after the resume, each logged once
+    return done
 
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_weights(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted((out / "final").glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+
+TRAINED = ("loss/retriever", "loss/generator", "kl/retriever", "kl/generator", "grad_norm", "pcgrad/cosine")
+
+
+@pytest.fixture(scope="module")
+def fsdp2_straight(run, tmp_path_factory) -> Path:
+    """The paper's launch (FSDP2) rehearsed on 2 CPU processes, 3 steps without a stop."""
+    cmd, out = grpo_launch(run, tmp_path_factory.mktemp("fsdp2") / "run", CFG.grpo.accelerate_config)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, first_errors(done.stderr)
+    assert "policy and reference: FSDP2, sharded by the kit" in done.stdout  # not DDP, not one process
+    return out
+
+
+def test_the_rehearsal_launches_grpo_as_the_paper_does_with_fsdp2():
+    assert CFG.grpo.accelerate_config == "configs/accelerate/fsdp2_cpu.yaml"
+    launch_cfg = (REPO / CFG.grpo.accelerate_config).read_text()
+    assert "distributed_type: FSDP" in launch_cfg and "fsdp_version: 2" in launch_cfg
+    assert "fsdp_version: 2" in (REPO / load_config("paper").grpo.accelerate_config).read_text()
+
+
+def test_fsdp2_launch_steps_the_schedule_once_per_step_and_writes_the_whole_model(run, fsdp2_straight):
+    from acesql_lib.grpo import lr_lambda, warmup_steps
+
+    cfg = load_config("rehearsal", rl_overrides(fsdp2_straight.parent.parent, **LAUNCH_STEPS))
+    schedule = lr_lambda(warmup_steps(cfg.grpo.warmup_ratio, 3, cfg.grpo.schedule), cfg.grpo.schedule)
+    logged = metrics(fsdp2_straight)
+    assert [m["step"] for m in logged] == [1, 2, 3]
+    # the learning rate each step used: a one-process run's schedule, not one stepped once per process
+    # (logged after the step: the rate of the next one)
+    assert [m["lr"] for m in logged] == pytest.approx([cfg.grpo.learning_rate * schedule(s) for s in (1, 2, 3)])
+    assert len({m["lr"] for m in logged}) == 3
+    assert (fsdp2_straight / "checkpoint-3" / "COMPLETE").exists()
+    # the final model gathered to full tensors: every weight at the SFT model's shape, and trained
+    from safetensors.torch import load_file
+
+    sft = {k: v for f in (run / "models" / "sft").glob("*.safetensors") for k, v in load_file(str(f)).items()}
+    final = final_weights(fsdp2_straight)
+    assert set(final) == set(sft)
+    assert all(final[k].shape == v.shape for k, v in sft.items())
+    assert any(not torch.equal(final[k], v) for k, v in sft.items())
+    whole = torch.load(fsdp2_straight / "checkpoint-3" / "optimizer.pt", weights_only=False)
+    assert all(s["exp_avg"].shape == sft[k].shape for k, s in whole["state"].items() if k in sft)
+
+
+def test_fsdp2_launch_killed_and_resumed_equals_the_straight_run(run, fsdp2_straight, tmp_path):
+    cmd, out = grpo_launch(run, tmp_path / "run", CFG.grpo.accelerate_config)
+    killed_and_resumed(cmd, out)
+    straight, resumed = metrics(fsdp2_straight), metrics(out)
+    assert [m["step"] for m in resumed] == [1, 2, 3]  # step 1 before the kill, 2-3 after, each logged once
+    for a, b in zip(straight, resumed):
+        for key in ("lr", "w_gen", "reward/retriever", "reward/generator", "pool/sets_per_question_mean", *TRAINED):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-9), (a["step"], key)
+    want, got = final_weights(fsdp2_straight), final_weights(out)
+    for k, v in want.items():
+        assert torch.allclose(got[k], v, atol=1e-6), k
+    assert (out / "final" / "pool.json").read_text() == (fsdp2_straight / "final" / "pool.json").read_text()
+
+
+def test_ddp_launch_resumes_after_a_kill_and_its_first_update_is_fsdp2s(run, fsdp2_straight, tmp_path):
+    cmd, out = grpo_launch(run, tmp_path / "run", "configs/accelerate/cpu_2proc.yaml")
+    done = killed_and_resumed(cmd, out)
+    assert "policy and reference: MULTI_CPU" in done.stdout
+    assert (out / "checkpoint-3" / "COMPLETE").exists() and (out / "final" / "config.json").exists()
+    ddp, fsdp2 = metrics(out), metrics(fsdp2_straight)
+    assert [m["step"] for m in ddp] == [1, 2, 3]
+    # step 1 (w_gen 0, so PCGrad has one loss): the sharded update is the replicated one. Later steps may
+    # differ: under FSDP2 PCGrad's per-tensor products run on each rank's shard (the authors' setup).
+    assert ddp[0]["w_gen"] == 0
+    for key in TRAINED[:-1]:
+        assert ddp[0][key] == pytest.approx(fsdp2[0][key], rel=1e-5, abs=1e-9), key
