@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from acesql_lib.schema import Column, Schema, Table, load_tables_json
 from acesql_lib.sqlcolumns import ColumnResolutionError, anchor_columns, column_set, cover_bare_tables
+from repo_paths import REAL
 
-REAL = Path(__file__).parent / "fixtures" / "real"
 SPIDER_DEV = json.loads((REAL / "spider_dev.json").read_text(encoding="utf-8"))
 BIRD_SUBSET = json.loads((REAL / "bird_subset.json").read_text(encoding="utf-8"))
 SPIDER = load_tables_json(REAL / "spider_tables.json")
