@@ -22,8 +22,7 @@ from acesql_lib.grpo import NonFiniteLoss, build_trainer
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.timing import PHASES_LOG
 from launching import accelerate_launch
-
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT as REPO
 
 
 @pytest.fixture(scope="module")

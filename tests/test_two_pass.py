@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +16,7 @@ from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
 from acesql_lib.routes import alternative_route
 from test_evaluate import QUESTIONS, bird_dir  # noqa: F401  (the fixture: a real SQLite BIRD layout)
-
-REPO = Path(__file__).resolve().parents[1]
+from repo_paths import ROOT as REPO
 
 
 def test_spec_builders_carry_each_stage_settings_and_seed_rule():
