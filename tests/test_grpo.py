@@ -21,6 +21,7 @@ from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.timing import PHASES_LOG
+from helpers_tensorboard import read_events
 from launching import accelerate_launch
 from repo_paths import ROOT as REPO
 
@@ -206,8 +207,6 @@ def test_validation_averages_val_samples_generator_samples_per_question(template
 
 
 def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
-    from test_tracking import read_events
-
     run = fresh_run(template, tmp_path, "tb")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.report_to": "tensorboard"}))
     build_trainer(ctx.cfg, ctx.paths, progress=False).train()
