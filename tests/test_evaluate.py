@@ -260,6 +260,8 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     assert build_tiny_base(cfg, paths, world) == path  # reused, not retrained
     assert json.loads((path / MANIFEST).read_text())["build_seconds"] == manifest["build_seconds"]
     result = evaluate_set(cfg, paths, path, cfg.eval.sets[0], stage="base")
+    # A band, not a value: the claim is the profile's design target for the base (10-60%, docs/status.md), and
+    # 1,000 CPU training steps need not end at the same weights on another CPU or thread count.
     assert 10.0 <= result.ex <= 60.0, result.metrics
     assert result.metrics["retriever_well_formed"] > 0.5 and result.metrics["generator_well_formed"] > 0.5
 
