@@ -1,17 +1,26 @@
+"""Settings every test runs under, the suite's timing summary, and the fixtures several test modules share.
+Shared helpers that are not fixtures live in tests/helpers_*.py, the paths in tests/repo_paths.py: no test
+module imports another."""
 import os
 import time
-from pathlib import Path
+
+import pytest
+
+from helpers_bird import write_bird_dev
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REAL = FIXTURES / "real"
-
-
 _CALIBRATION: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def bird_dir(tmp_path_factory):
+    """A BIRD-layout dev set over a real SQLite database: dev.json (helpers_bird.QUESTIONS) +
+    dev_databases/concerts/concerts.sqlite (test_evaluate, test_two_pass)."""
+    return write_bird_dev(tmp_path_factory.mktemp("bird"))
 
 
 def pytest_sessionstart(session):

@@ -8,7 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT as REPO
 
 
 def free_port() -> int:

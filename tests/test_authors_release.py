@@ -19,7 +19,7 @@ from acesql_lib.pool import ColumnSetPool
 from acesql_lib.sft import check_samples
 from acesql_lib.sqlcolumns import column_set
 
-from conftest import FIXTURES
+from repo_paths import FIXTURES
 
 AUTHORS = FIXTURES / "authors"
 POOL = AUTHORS / "initial_pool.json"

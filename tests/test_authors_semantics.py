@@ -13,7 +13,6 @@ needs one character, nesting, later collision); `SELECT count(*) FROM t` adds no
 from the response length; ties, empty pools, lengths 511-2048.
 """
 import random
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +23,8 @@ from acesql_lib.rewards import generator_reward, retriever_reward
 from acesql_lib.rollouts import is_truncated
 from acesql_lib.schema import load_tables_json
 from acesql_lib.sqlcolumns import column_set
+from repo_paths import REAL
 
-REAL = Path(__file__).parent / "fixtures" / "real"
 LIMIT = 2048  # max response tokens (§4.11)
 
 N = frozenset({"singer.Name"})

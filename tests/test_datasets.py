@@ -12,8 +12,7 @@ import pytest
 from acesql_lib.datasets import (DatasetError, OfflineError, download_acesql_release, download_bird_dev,
                                  download_spider, download_synsql, load_bird, load_spider, load_synsql, load_tables)
 from acesql_lib.tinyworld import build_tinyworld
-
-REAL = Path(__file__).parent / "fixtures" / "real"
+from repo_paths import REAL
 
 
 @pytest.fixture(scope="module")

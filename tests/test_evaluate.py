@@ -3,8 +3,6 @@ model over a real SQLite database (files, official BIRD format, token counts, ru
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 
 import pytest
 
@@ -17,6 +15,7 @@ from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.paths import Paths
 from acesql_lib.prompts import generator_messages, generator_target, retriever_messages, retriever_target
 from acesql_lib.sqlcolumns import column_set
+from helpers_bird import QUESTIONS  # the questions of the `bird_dir` fixture (conftest)
 
 
 def _record(correct, difficulty="simple", retrieved=(), gold=(), pred=(), gold_schema_correct=None, r_tok=10,
@@ -79,36 +78,6 @@ def test_generator_ability_tokens_and_alt_routes():
 
 # ---------------------------------------------------------------------------------------------
 # Whole runs on a real database
-
-QUESTIONS = [
-    ("How many singers are older than 30?", "SELECT count(*) FROM singer WHERE age > 30", "simple"),
-    ("List the names of singers from France.", "SELECT name FROM singer WHERE country = 'France'", "moderate"),
-    ("What is the name of the concert held in 2014?", "SELECT concert_name FROM concert WHERE year = 2014",
-     "challenging"),
-]
-
-
-@pytest.fixture(scope="module")
-def bird_dir(tmp_path_factory) -> Path:
-    """A BIRD-layout dev set: dev.json + dev_databases/concerts/concerts.sqlite."""
-    root = tmp_path_factory.mktemp("bird")
-    db = root / "dev_databases" / "concerts" / "concerts.sqlite"
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db)
-    conn.executescript("""
-        CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, country TEXT, age INTEGER);
-        CREATE TABLE concert (concert_id INTEGER PRIMARY KEY, concert_name TEXT, year INTEGER,
-                              singer_id INTEGER REFERENCES singer(singer_id));
-        INSERT INTO singer VALUES (1, 'Joe', 'France', 52), (2, 'Ann', 'Peru', 25), (3, 'Li', 'France', 33);
-        INSERT INTO concert VALUES (1, 'Spring Gala', 2014, 1), (2, 'Autumn Night', 2015, 3);
-    """)
-    conn.commit()
-    conn.close()
-    records = [{"question_id": i, "db_id": "concerts", "question": q, "evidence": "", "SQL": sql, "difficulty": d}
-               for i, (q, sql, d) in enumerate(QUESTIONS)]
-    (root / "dev.json").write_text(json.dumps(records))
-    return root
-
 
 def _cfg():
     return load_config("tiny", {"eval.max_new_tokens": 48, "engine.hf_batch_size": 8, "eval.workers": 1})
@@ -291,6 +260,8 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     assert build_tiny_base(cfg, paths, world) == path  # reused, not retrained
     assert json.loads((path / MANIFEST).read_text())["build_seconds"] == manifest["build_seconds"]
     result = evaluate_set(cfg, paths, path, cfg.eval.sets[0], stage="base")
+    # A band, not a value: the claim is the profile's design target for the base (10-60%, docs/status.md), and
+    # 1,000 CPU training steps need not end at the same weights on another CPU or thread count.
     assert 10.0 <= result.ex <= 60.0, result.metrics
     assert result.metrics["retriever_well_formed"] > 0.5 and result.metrics["generator_well_formed"] > 0.5
 

@@ -17,8 +17,8 @@ from acesql_lib import executor
 from acesql_lib.executor import compare, sandbox, score_batch, tasks
 from acesql_lib.executor.sandbox import execute_here, open_readonly
 from acesql_lib.executor.tasks import _run_task, _Task
+from repo_paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SECRET = "gold-secret-7731"
 GOLD = f"SELECT a FROM t WHERE a = '{SECRET}'"
 

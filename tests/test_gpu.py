@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from repo_paths import ROOT as REPO
 
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module", autouse=True)

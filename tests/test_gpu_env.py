@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from acesql_lib import pins
 from acesql_lib.pins import GPU_IN, GPU_LOCK, canonical, no_binary, pin_mismatches, read_pins, shared_mismatches
+from repo_paths import ROOT as REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 OPT_OUT = "ACESQL_SKIP_GPU_LOCK"  # set to a reason to skip the registry check explicitly
 
 

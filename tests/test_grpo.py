@@ -21,9 +21,9 @@ from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
 from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.timing import PHASES_LOG
+from helpers_tensorboard import read_events
 from launching import accelerate_launch
-
-REPO = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT as REPO
 
 
 @pytest.fixture(scope="module")
@@ -185,30 +185,46 @@ def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, t
 
 
 @pytest.mark.parametrize("n_ret", [1, 4])
-def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path, n_ret):
+def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path, n_ret, monkeypatch):
     """The authors' validation is the training rollout at val_temperature: N_ret retriever samples, the vote,
     N_gen generator samples; EX is the share of matching generator samples."""
+    import acesql_lib.grpo as grpo_mod
+
     run = fresh_run(template, tmp_path, f"v{n_ret}")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3, "grpo.val_retriever_samples": n_ret}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     asked, generate = [], trainer.engine.generate
+    rolled, rollout, set_matches = [], grpo_mod.rollout, []
 
     def recording(prompts, n=1, **kw):  # the real engine, with its calls noted
         out = generate(prompts, n=n, **kw)
         asked.append((len(prompts), n, len(out)))
         return out
 
+    def kept(*args, **kw):  # the real rollout, its results kept (their matches replaced when set_matches is)
+        rolls = rollout(*args, **kw)
+        for r, matches in zip(rolls, set_matches):
+            r.matches = matches
+        rolled.append(rolls)
+        return rolls
+
     trainer.engine.generate = recording
+    monkeypatch.setattr(grpo_mod, "rollout", kept)
     m = trainer.validate()
     n_val = len(trainer.val_tasks)
     assert n_val > 0 and [(a, b) for a, b, _ in asked] == [(n_val, n_ret), (n_val, 3)]  # retriever n_ret x, generator 3x
-    assert 0.0 <= m["val/ex"] <= 100.0
-    assert abs(m["val/ex"] * n_val * 3 / 100 - round(m["val/ex"] * n_val * 3 / 100)) < 1e-6
+    (rolls,) = rolled
+    assert [len(r.matches) for r in rolls] == [3] * n_val
+    # every question has 3 samples, so the mean of per-question shares is the share of all 3 x n_val samples
+    assert m["val/ex"] == pytest.approx(100.0 * sum(sum(r.matches) for r in rolls) / (3 * n_val), rel=1e-12)
+    # the fixture's policy matches no sample today (val/ex 0.0), which would hide a wrong average: with
+    # 1, 2, 3, 1, ... of each question's 3 samples matching, val/ex is again the share of all samples
+    set_matches[:] = [[k <= j % 3 for k in range(3)] for j in range(n_val)]
+    assert trainer.validate()["val/ex"] == pytest.approx(100.0 * sum(j % 3 + 1 for j in range(n_val)) / (3 * n_val),
+                                                         rel=1e-12)
 
 
 def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
-    from test_tracking import read_events
-
     run = fresh_run(template, tmp_path, "tb")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.report_to": "tensorboard"}))
     build_trainer(ctx.cfg, ctx.paths, progress=False).train()

@@ -22,8 +22,8 @@ from acesql_lib.rl_fixture import build_rl_run, rl_overrides
 from acesql_lib.tinybase import gold_samples
 from acesql_lib.tinyworld import TinyWorld
 from launching import accelerate_launch
+from repo_paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parent.parent
 CFG = load_config("rehearsal")
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from acesql_lib.datasets import DatasetError, load_bird, load_spider, load_synsql, load_tables
 from acesql_lib.schema import load_tables_json
+from repo_paths import REAL
 
-REAL = Path(__file__).parent / "fixtures" / "real"
 BIRD = {"question_id": 0, "db_id": "shop", "question": "How many?", "evidence": "", "SQL": "SELECT 1",
         "difficulty": "simple"}
 SYN = {"db_id": "shop", "sql_complexity": "Simple", "question_style": "Formal", "question": "q?", "sql": "SELECT 1"}

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from acesql_lib.grpo import _pad_batch, completion_logprobs
 from acesql_lib.memory import grpo_step_bytes, logits_bytes
+from repo_paths import ROOT as REPO
 
-REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 from grpo_memory import run_in_subprocess, shape_argv, shape_of  # noqa: E402
 

@@ -1,6 +1,5 @@
 """Prompts and parsers of §2: layout, round trips, and hostile model outputs."""
 import re
-from pathlib import Path
 
 import pytest
 
@@ -10,8 +9,7 @@ from acesql_lib.prompts import (
 )
 from acesql_lib.evalparse import parse_generator_eval, parse_retriever_eval
 from acesql_lib.schema import Column, Schema, Table, load_tables_json
-
-REAL = Path(__file__).parent / "fixtures" / "real"
+from repo_paths import REAL
 
 
 @pytest.fixture(scope="module")

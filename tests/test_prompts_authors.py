@@ -22,8 +22,8 @@ from acesql_lib.config import load_config
 from acesql_lib.prompts import generator_messages, retriever_messages
 from acesql_lib.rollouts import generator_prompt, retriever_prompt
 from acesql_lib.schema import load_tables_json
+from repo_paths import FIXTURES, ROOT
 
-FIXTURES = Path(__file__).parent / "fixtures"
 GOLDEN_KIT = FIXTURES / "prompts_golden_kit.json"
 
 
@@ -44,7 +44,7 @@ def test_tiny_profile_prompts_are_unchanged(golden):
 
     cfg = load_config("tiny")
     assert cfg.model.prompt_style == "tiny"
-    tok = AutoTokenizer.from_pretrained(str(Path(__file__).parent.parent / "data" / "tiny_base"))
+    tok = AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_base"))
     with tempfile.TemporaryDirectory() as d:
         world = build_tinyworld(Path(d) / "world", seed=0, n_train=40, n_dev=10)
         tasks = make_tasks(load_synsql(world.train_json, world.train_db_root).examples[:12],
@@ -102,7 +102,7 @@ def reference(raw_rows) -> list[dict]:
 def tokenizer():
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(Path(__file__).parent.parent / "data" / "tiny_base"))  # Qwen3's template
+    return AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_base"))  # Qwen3's template
 
 
 class _GivenValues:

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 from acesql_lib.config import Config
+from repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # The generated results block quotes the reports, not the tree: its names are checked by the reports' tests.
 TEXT = re.sub(r"<!-- results:(\S+) -->.*?<!-- /results:\1 -->", "", README, flags=re.DOTALL)

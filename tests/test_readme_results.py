@@ -8,9 +8,10 @@ import pytest
 
 from acesql_lib import reports
 from acesql_lib.config import load_config
-from test_reports import write_inputs  # the reports fixture, written by evaluate's own functions
+from helpers_reports import write_inputs  # the reports fixture, written by evaluate's own functions
+from repo_paths import ROOT
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "readme_results.py"
+SCRIPT = ROOT / "scripts" / "readme_results.py"
 
 
 def _script():
@@ -60,7 +61,7 @@ def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
 
 def test_the_repository_has_one_block_per_profile_in_its_file():
     rr = _script()
-    root = SCRIPT.parents[1]
+    root = ROOT
     for block, name, tables in (("tiny", "README.md", ("table1_main", "claims")),
                                 ("tiny-details", "docs/status.md", ("table2_efficiency", "table4_ablation")),
                                 ("tiny-study", "docs/status.md", rr.ALL_TABLES)):

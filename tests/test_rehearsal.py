@@ -18,7 +18,7 @@ from acesql_lib.datasets import (DatasetError, OfflineError, eval_examples, down
 from acesql_lib.layouts import MARKER, LayoutError, LayoutRoots, synonym_rewrite, write_layouts
 from acesql_lib.tinyworld import build_tinyworld
 
-from conftest import REAL
+from repo_paths import REAL
 
 DK = REAL / "spider_dk"
 

@@ -11,7 +11,7 @@ import pytest
 from acesql_lib.datasets import load_spider_dk, load_tables, schemas_for
 from acesql_lib.executor import execute, score_batch
 
-from conftest import REAL
+from repo_paths import REAL
 
 DK = REAL / "spider_dk"
 # The one gold query of the 127 that SQLite rejects: a comma is missing between two select items

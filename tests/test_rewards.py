@@ -1,5 +1,4 @@
 """Rewards (§4 step 6), TRL-shaped wrappers and group advantages (§4 step 7)."""
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +10,7 @@ from acesql_lib.rewards import (
     make_generator_reward_fn, make_retriever_reward_fn, retriever_reward,
 )
 from acesql_lib.schema import load_tables_json
-
-REAL = Path(__file__).parent / "fixtures" / "real"
+from repo_paths import REAL
 
 
 @pytest.fixture(scope="module")

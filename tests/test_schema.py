@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from acesql_lib.schema import Column, ForeignKey, Schema, Table, load_tables_json, quote_identifier
-
-REAL = Path(__file__).parent / "fixtures" / "real"
+from repo_paths import REAL
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,15 @@ MIT): each row's user message holds their full-schema text, built from the row's
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from acesql_lib.authors_schema import authors_identifier, merge_values
 from acesql_lib.schema import Column, ForeignKey, Schema, Table
+from repo_paths import FIXTURES
 
-ROWS = Path(__file__).parent / "fixtures" / "authors" / "validation.parquet"
+ROWS = FIXTURES / "authors" / "validation.parquet"
 HEAD, TAIL = "Database Schema: \n", " \nThis schema describes"
 
 

@@ -9,28 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from acesql_lib.config import SFTConfig
-from acesql_lib.models import IM_END, LoraSpec, build_tiny_model, train_tiny_tokenizer
+from acesql_lib.models import IM_END, LoraSpec, train_tiny_tokenizer
 from acesql_lib.sft import LOG_NAME, _train, check_samples, train_sft
-
-TEXTS = [
-    "Find the minimal columns needed. Question: how many singers are older than 30?",
-    "SELECT count(*) FROM singer WHERE age > 30",
-    "SELECT name FROM concert WHERE year = 2014 ORDER BY name",
-    "[singer.age, singer.name, concert.year, concert.name]",
-    "Tables used: singer. The query filters and counts.",
-] * 4
-
-SAMPLES = [
-    {"prompt": [{"role": "user", "content": f"Question {i}: how many singers are older than {20 + i}?"}],
-     "completion": [{"role": "assistant",
-                     "content": f"<think>\nTables used: singer.\n</think>\n\n```sql\nSELECT count(*) FROM singer "
-                                f"WHERE age > {20 + i}\n```"}]}
-    for i in range(8)
-]
-
-CFG = SFTConfig(learning_rate=1e-2, warmup_ratio=0.0, per_device_batch_size=4, gradient_accumulation_steps=1,
-                num_epochs=1, max_length=256, bf16=False, gradient_checkpointing=False, logging_steps=1, save_steps=0)
+from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +19,8 @@ def tokenizer():
     return train_tiny_tokenizer(TEXTS, vocab_size=300)
 
 
-def _model(tokenizer, seed=0):
-    return build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                            intermediate_size=64, max_position=256, seed=seed)
-
-
 def test_training_sequence_is_generation_prompt_plus_completion_and_only_completion_is_trained(tokenizer, tmp_path):
-    trainer, _ = _train(_model(tokenizer), tokenizer, SAMPLES[:4], CFG, tmp_path, max_steps=1)
+    trainer, _ = _train(tiny_model(tokenizer), tokenizer, SAMPLES[:4], CFG, tmp_path, max_steps=1)
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     for sample, row in zip(SAMPLES[:4], trainer.train_dataset):
         prompt_ids = tokenizer.apply_chat_template(sample["prompt"], add_generation_prompt=True, tokenize=True,
@@ -60,7 +36,7 @@ def test_training_sequence_is_generation_prompt_plus_completion_and_only_complet
 
 
 def test_every_parameter_changes_and_loss_is_logged(tokenizer, tmp_path):
-    model = _model(tokenizer)
+    model = tiny_model(tokenizer)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = train_sft(model, tokenizer, SAMPLES, CFG, tmp_path, max_steps=3, seed=0)
     assert result.steps == 3 and result.n_samples == len(SAMPLES)
@@ -72,7 +48,7 @@ def test_every_parameter_changes_and_loss_is_logged(tokenizer, tmp_path):
 
 
 def test_lora_changes_only_adapters(tokenizer, tmp_path):
-    model = _model(tokenizer)
+    model = tiny_model(tokenizer)
     base_before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = train_sft(model, tokenizer, SAMPLES, replace(CFG, learning_rate=5e-2), tmp_path, max_steps=2,
                        lora=LoraSpec(r=4, alpha=8, dropout=0.0))
@@ -91,10 +67,10 @@ def test_lora_changes_only_adapters(tokenizer, tmp_path):
 def test_same_seed_same_parameters(tokenizer, tmp_path):
     finals = []
     for run in range(2):
-        model = _model(tokenizer, seed=1)
+        model = tiny_model(tokenizer, seed=1)
         train_sft(model, tokenizer, SAMPLES, CFG, tmp_path / str(run), max_steps=2, seed=3)
         finals.append({n: p.detach().clone() for n, p in model.named_parameters()})
-    other = _model(tokenizer, seed=1)
+    other = tiny_model(tokenizer, seed=1)
     train_sft(other, tokenizer, SAMPLES, CFG, tmp_path / "other", max_steps=2, seed=4)
     assert all(torch.equal(finals[0][n], finals[1][n]) for n in finals[0])
     assert any(not torch.equal(finals[0][n], p) for n, p in other.named_parameters())
@@ -252,7 +228,7 @@ def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padd
 
     mixed = [{"prompt": [{"role": "user", "content": s["prompt"][0]["content"] + " Tables used: singer." * (3 * i)}],
               "completion": s["completion"]} for i, s in enumerate(SAMPLES)]
-    model = _model(tokenizer)
+    model = tiny_model(tokenizer)
     trainer = make_trainer(model, tokenizer, check_samples(mixed), replace(CFG, per_device_batch_size=8), tmp_path,
                            max_steps=1)
     batch = next(iter(trainer.get_train_dataloader()))

@@ -45,14 +45,15 @@ def test_bad_counts_and_methods_are_refused():
 
 def test_ex_ci_counts_correct_answers_in_a_mapping():
     ci = S.ex_ci({"q1": True, "q2": False, "q3": True, "q4": True})
-    assert ci.estimate == 0.75 and ci.low < 0.75 < ci.high
+    assert ci.estimate == 0.75 and (ci.low, ci.high) == pytest.approx(_wilson_by_hand(3, 4), abs=1e-12)
 
 
 def test_published_number_becomes_the_nearest_count():
     ci = S.reported_ci(65.3, 1534)  # 1001.7 -> 1002 of 1534
     assert ci.estimate == pytest.approx(0.653)
     assert (ci.low, ci.high) == (S.binomial_ci(1002, 1534).low, S.binomial_ci(1002, 1534).high)
-    assert (ci.high - ci.low) / 2 == pytest.approx(0.0238, abs=5e-4)  # about +-2.4 points at BIRD dev's size
+    lo, hi = _wilson_by_hand(1002, 1534)
+    assert (ci.high - ci.low) / 2 == pytest.approx((hi - lo) / 2, abs=1e-12)  # 0.0238: about +-2.4 points at BIRD dev's size
 
 
 def test_mcnemar_exact_is_the_two_sided_binomial_on_discordant_pairs():
@@ -115,8 +116,15 @@ def test_several_seeds_pair_by_seed_and_report_each_seeds_difference():
     c = S.compare(a, b, ("rl", "sft"))
     assert c.seeds is not None and c.seeds.n == 3
     assert c.seeds.per_seed == {0: pytest.approx(0.3), 1: pytest.approx(0.3), 2: pytest.approx(0.3)}
+    d = np.mean([[int(a[s][i]) - int(b[s][i]) for i in ids] for s in (0, 1, 2)], axis=0)  # per question
+    assert (d > 0).sum() == 35 and (d == 0).sum() == 15
+    # The bootstrap interval's ends depend on its (seeded) draws; its side of 0 does not: no difference is
+    # negative, so a resample's mean is 0 only if all 50 draws are among the 15 zeros ((15/50)^50 ~ 1e-26).
     assert c.diff.estimate == pytest.approx(0.3) and c.diff.low > 0
-    assert c.test.startswith("sign-flip") and c.p_value < 0.01
+    # Only the two all-same-sign patterns of the 35 positive differences reach |mean|: the exact sign-flip
+    # p is 2 / 2^35 (5.8e-11). The Monte Carlo test meets none in its N_RESAMPLES draws and reports its
+    # floor, 2 / (N + 1) (scipy's two-sided p: twice (hits + 1) / (N + 1)).
+    assert c.test.startswith("sign-flip") and c.p_value == pytest.approx(2 / (S.N_RESAMPLES + 1), rel=1e-12)
     assert S.verdict(c.diff) == S.HOLDS and S.verdict(c.diff, -1) == S.REVERSED
     b[1] = {i: False for i in range(49)}
     with pytest.raises(S.PairingError, match="rl seed 1 and sft seed 1"):

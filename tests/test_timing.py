@@ -3,33 +3,76 @@ snapshot, and the pipeline benchmark reads those logs back per stage."""
 from __future__ import annotations
 
 import json
-import time
 
+import pytest
+
+from acesql_lib import timing
 from acesql_lib.timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
+from repo_paths import ROOT
 
 
-def test_phases_add_up_and_a_stage_logs_its_share(tmp_path):
+class FakeClock:
+    """Stands in for the `time` module acesql_lib.timing reads (perf_counter for the phases, time for the
+    log's timestamp): it moves only when the test advances it, so the seconds are exact under any load."""
+
+    def __init__(self, now: float = 1000.0, wall: float = 1.7e9):
+        self.now, self.wall = now, wall
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(timing, "time", fake)
+    return fake
+
+
+def test_phases_add_up_and_a_stage_logs_its_share(tmp_path, clock):
     before = totals()
     with phase("generation"):
-        time.sleep(0.05)
+        clock.advance(0.05)
     with phase("generation"):
-        time.sleep(0.05)
+        clock.advance(0.05)
     with phase("execution"):
-        time.sleep(0.02)
+        clock.advance(0.02)
+    clock.advance(7.0)  # time outside any phase is nobody's
     spent = since(before)
-    assert 0.09 <= spent["generation"] < 1.0 and 0.015 <= spent["execution"] < spent["generation"]
-    assert set(as_metrics(spent)) == {"time/generation_s", "time/execution_s"}
+    assert spent == {"generation": 0.1, "execution": 0.02}  # since() rounds to the millisecond
+    assert as_metrics(spent) == {"time/generation_s": 0.1, "time/execution_s": 0.02}
     rec = append_phases(tmp_path / PHASES_LOG, "distill", before, 0.2, questions=3)
     line = json.loads((tmp_path / PHASES_LOG).read_text())
-    assert line["stage"] == "distill" and line["questions"] == 3 and line["phases"] == rec["phases"]
+    assert line == rec == {"time": clock.wall, "stage": "distill", "seconds": 0.2, "phases": spent, "questions": 3}
+    assert append_phases(tmp_path / PHASES_LOG, "grpo", before, 1.0, only=("execution",))["phases"] == {
+        "execution": 0.02}
     assert since(totals()) == {}  # nothing spent after the last snapshot
+
+
+def test_nested_phases_count_the_inner_time_in_both_and_a_raising_block_still_counts(clock):
+    before = totals()
+    with phase("rollout"):
+        clock.advance(1.0)
+        with phase("generation"):
+            clock.advance(2.5)
+        clock.advance(0.25)
+    with pytest.raises(RuntimeError):
+        with phase("execution"):
+            clock.advance(0.5)
+            raise RuntimeError("a failing block")
+    assert since(before) == {"rollout": 3.75, "generation": 2.5, "execution": 0.5}
 
 
 def test_pipeline_benchmark_reads_the_stage_logs(tmp_path):
     import sys
-    from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     from pipeline_time import collect_phases
 
     run = tmp_path / "run"

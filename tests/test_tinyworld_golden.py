@@ -22,7 +22,9 @@ import sqlite3
 import sys
 from pathlib import Path
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tinyworld_seed0_small.json"
+from repo_paths import FIXTURES, ROOT
+
+FIXTURE = FIXTURES / "tinyworld_seed0_small.json"
 SIZES = {"seed": 0, "n_train": 40, "n_dev": 12, "n_dev_id": 8}
 
 
@@ -75,7 +77,7 @@ def test_package_runs_as_a_command(tmp_path):
     """`python -m acesql_lib.tinyworld` (data/README.md) still builds a world from the package."""
     import os
     import subprocess
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(ROOT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "acesql_lib.tinyworld", "--out", str(tmp_path / "cli"),
                            "--n-train", "6", "--n-dev", "3"], capture_output=True, text=True, env=env, timeout=120)

@@ -8,21 +8,7 @@ from dataclasses import replace
 import pytest
 
 from acesql_lib.tracking import open_tracker, scalars
-
-
-def read_events(folder) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar in the TensorBoard event files under `folder`: tag -> [(step, value), ...]."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    files = sorted(folder.rglob("events.out.tfevents.*"))
-    assert files, f"no event file under {folder}"
-    for f in files:
-        acc = EventAccumulator(str(f))
-        acc.Reload()
-        for tag in acc.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
-    return out
+from helpers_tensorboard import read_events
 
 
 def test_tensorboard_tracker_writes_the_metrics_under_their_names(tmp_path):
@@ -52,13 +38,13 @@ def test_config_rejects_an_unknown_tracker():
 
 
 def test_sft_reports_its_loss_to_tensorboard(tmp_path):
-    from test_sft import CFG, SAMPLES, TEXTS, _model
+    from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
     from acesql_lib.models import train_tiny_tokenizer
     from acesql_lib.sft import LOG_NAME, train_sft
 
     tokenizer = train_tiny_tokenizer(TEXTS, vocab_size=300)
-    train_sft(_model(tokenizer), tokenizer, SAMPLES, replace(CFG, report_to="tensorboard"), tmp_path, max_steps=3)
+    train_sft(tiny_model(tokenizer), tokenizer, SAMPLES, replace(CFG, report_to="tensorboard"), tmp_path, max_steps=3)
     logged = [json.loads(line) for line in (tmp_path / LOG_NAME).read_text().splitlines()]
     losses = [(r["step"], r["loss"]) for r in logged if "loss" in r]
     events = read_events(tmp_path / "runs")

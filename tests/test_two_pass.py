@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +15,8 @@ from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
 from acesql_lib.routes import alternative_route
-from test_evaluate import QUESTIONS, bird_dir  # noqa: F401  (the fixture: a real SQLite BIRD layout)
-
-REPO = Path(__file__).resolve().parents[1]
+from helpers_bird import QUESTIONS  # the questions of the `bird_dir` fixture (conftest): a real SQLite BIRD layout
+from repo_paths import ROOT as REPO
 
 
 def test_spec_builders_carry_each_stage_settings_and_seed_rule():
@@ -60,7 +58,7 @@ def test_notebooks_pass_a_sampling_spec_not_hand_unpacked_settings():
 
 
 @pytest.fixture(scope="module")
-def tiny(bird_dir):  # noqa: F811
+def tiny(bird_dir):
     examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
     schemas = schemas_for(examples)
     tok = train_tiny_tokenizer(([q for q, _, _ in QUESTIONS] + [s for _, s, _ in QUESTIONS]

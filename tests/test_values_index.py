@@ -14,8 +14,9 @@ from acesql_lib.prompts import question_text
 from acesql_lib.schema import Schema
 from acesql_lib.values_index import (ValuesIndex, attach, database_values, match_share, open_index,
                                      question_queries)
+from repo_paths import FIXTURES
 
-ROWS = Path(__file__).parent / "fixtures" / "authors" / "validation.parquet"
+ROWS = FIXTURES / "authors" / "validation.parquet"
 
 
 def test_queries_and_match_share():

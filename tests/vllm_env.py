@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from repo_paths import ROOT as REPO_ROOT
+
 VENV_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 SETUP = REPO_ROOT / "scripts" / "setup_vllm_cpu.sh"
 OPT_OUT = "ACESQL_SKIP_VLLM"  # set to a reason to skip the vLLM tests explicitly
