@@ -4,6 +4,12 @@ One folder per step holds everything needed to continue exactly: the policy weig
 scheduler states, the RNG states of every generator the loop draws from, the column-set pool, the
 data cursor (epoch, position) and the resolved config. A folder counts only once its `COMPLETE`
 marker exists, so a crash while saving leaves the previous checkpoint as the latest.
+
+Under FSDP the model and the optimizer go through torch's distributed checkpoint API (`sharded/`): every
+rank writes its own shards and reads them back, so no process ever holds the whole optimizer state
+(for Qwen3-8B, Adam's moments alone are 65 GB). Otherwise one process writes `model/` (a model folder)
+and `optimizer.pt`. A checkpoint of either kind resumes under the other (a sharded one on one process,
+or the gathered layout of earlier versions under FSDP).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ import torch
 import yaml
 
 from .pool import ColumnSetPool
-from .sharding import full_state_dict, is_sharded
+from .sharding import is_sharded
 
 MARKER = "COMPLETE"
 
@@ -46,18 +52,6 @@ def _set_rng_state(s: dict[str, Any]) -> None:
 
 def _inner(optimizer: Any) -> torch.optim.Optimizer:
     return getattr(optimizer, "optimizer", optimizer)  # accelerate's wrapper holds the torch optimizer
-
-
-def gather_optimizer_state(model: torch.nn.Module, optimizer: Any, sharded: bool) -> dict[str, Any]:
-    """The optimizer's whole state, on the main process: under FSDP each rank holds its shards of Adam's
-    moments, gathered here (a collective; torch's distributed state-dict API); otherwise every rank holds
-    the same state and this is it."""
-    if not sharded:
-        return optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-    return get_optimizer_state_dict(model, _inner(optimizer), options=StateDictOptions(full_state_dict=True,
-                                                                                        cpu_offload=True))
 
 
 def restore_model_state(model: torch.nn.Module, weights: dict[str, torch.Tensor], sharded: bool) -> tuple[list, list]:
@@ -100,28 +94,40 @@ def checkpoints(out_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[-1]))
 
 
+SHARDED = "sharded"  # torch.distributed.checkpoint folder: model and optimizer, each rank its own shards
+
+
+def _distributed_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]:
+    """The model's and the optimizer's state as torch's distributed checkpoint reads and writes it (each
+    rank's DTensor shards under FSDP; the optimizer's state initialised if it has taken no step yet)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, _inner(optimizer))
+    return {"model": model_state, "optimizer": optim_state}
+
+
 def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any,
          pool: ColumnSetPool, cfg: Any, tokenizer: Any = None, keep: int = 3) -> Path | None:
     out_dir = Path(out_dir)
     final = out_dir / f"checkpoint-{state.step}"
     tmp = out_dir / f".tmp-checkpoint-{state.step}"
+    sharded = _is_sharded(acc, model)
     acc.wait_for_everyone()
-    model_state = full_state_dict(acc, model)  # collective under FSDP: every rank takes part
-    optim_state = gather_optimizer_state(acc.unwrap_model(model), optimizer, _is_sharded(acc, model))  # collective too
     if acc.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        if is_peft(acc.unwrap_model(model)):  # the adapters alone: the base is the frozen SFT model
-            from safetensors.torch import save_file
+    acc.wait_for_everyone()
+    if sharded:  # every rank writes its shards (a collective)
+        import torch.distributed.checkpoint as dcp
 
-            (tmp / "model").mkdir()
-            save_file({k: v.contiguous() for k, v in model_state.items() if LORA_KEY in k},
-                      str(tmp / "model" / "adapter_state.safetensors"))
-        else:
-            acc.unwrap_model(model).save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
+        dcp.save(_distributed_state(acc.unwrap_model(model), optimizer), checkpoint_id=str(tmp / SHARDED))
+    else:
+        model_state, optim_state = acc.get_state_dict(model), optimizer.state_dict()
+    if acc.is_main_process:
+        if not sharded:
+            _save_gathered(tmp, acc.unwrap_model(model), model_state, optim_state)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
-        torch.save(optim_state, tmp / "optimizer.pt")
         torch.save({"scheduler": scheduler.state_dict(), "rng": _rng_state()}, tmp / "trainer_state.pt")
         pool.save(tmp / "pool.json")
         (tmp / "state.json").write_text(json.dumps(asdict(state), indent=2) + "\n")
@@ -135,6 +141,20 @@ def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, opt
     return final if acc.is_main_process else None
 
 
+def _save_gathered(tmp: Path, model: torch.nn.Module, model_state: dict[str, Any], optim_state: dict[str, Any]) -> None:
+    """One process's checkpoint: `model/` (a model folder, or a LoRA run's adapters alone: the base is the
+    frozen SFT model) and `optimizer.pt`."""
+    if is_peft(model):
+        from safetensors.torch import save_file
+
+        (tmp / "model").mkdir()
+        save_file({k: v.contiguous() for k, v in model_state.items() if LORA_KEY in k},
+                  str(tmp / "model" / "adapter_state.safetensors"))
+    else:
+        model.save_pretrained(tmp / "model", state_dict=model_state, safe_serialization=True)
+    torch.save(optim_state, tmp / "optimizer.pt")
+
+
 def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, *, gamma: float
                 ) -> tuple[TrainState, ColumnSetPool] | None:
     """Restore the newest complete checkpoint into the live objects (its pool with the run's
@@ -143,12 +163,32 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
     if not found:
         return None
     path = found[-1]
+    target = acc.unwrap_model(model)
+    if (path / SHARDED).is_dir():  # each rank reads its shards (resharded if the process count changed)
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        live = _distributed_state(target, optimizer)
+        dcp.load(live, checkpoint_id=str(path / SHARDED))
+        set_state_dict(target, _inner(optimizer), model_state_dict=live["model"], optim_state_dict=live["optimizer"])
+    else:
+        _load_gathered(path, acc, target, optimizer)
+    blob = torch.load(path / "trainer_state.pt", weights_only=False)
+    scheduler.load_state_dict(blob["scheduler"])
+    _set_rng_state(blob["rng"])
+    state = TrainState(**json.loads((path / "state.json").read_text()))
+    pool = ColumnSetPool.load(path / "pool.json", gamma=gamma)
+    return state, pool
+
+
+def _load_gathered(path: Path, acc: Any, target: torch.nn.Module, optimizer: Any) -> None:
+    """`model/` and `optimizer.pt` (one process's checkpoint) into the live model and optimizer; under FSDP
+    each rank keeps its shard of them."""
     from safetensors.torch import load_file
 
     weights: dict[str, torch.Tensor] = {}
     for f in sorted((path / "model").glob("*.safetensors")):
         weights.update(load_file(str(f)))
-    target = acc.unwrap_model(model)
     sharded = _is_sharded(acc, target)
     missing, unexpected = restore_model_state(target, weights, sharded)
     # tied embeddings are saved once; a LoRA checkpoint holds the adapters alone; anything else missing
@@ -157,12 +197,6 @@ def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any,
     if real_missing or unexpected:
         raise RuntimeError(f"{path}: checkpoint does not fit the model (missing {real_missing[:5]}, "
                            f"unexpected {list(unexpected)[:5]})")
-    blob = torch.load(path / "trainer_state.pt", weights_only=False)
     # sharded: only the main process reads the whole state and sends each rank its part
     whole = torch.load(path / "optimizer.pt", weights_only=False) if not sharded or acc.is_main_process else {}
     restore_optimizer_state(target, optimizer, whole, sharded)
-    scheduler.load_state_dict(blob["scheduler"])
-    _set_rng_state(blob["rng"])
-    state = TrainState(**json.loads((path / "state.json").read_text()))
-    pool = ColumnSetPool.load(path / "pool.json", gamma=gamma)
-    return state, pool

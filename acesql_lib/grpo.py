@@ -494,7 +494,9 @@ class JointGRPO:
             return False
         self.state, self.pool = found
         self.engine.sync_weights(self.unwrapped)
-        _truncate_log(self.out / "metrics.jsonl", self.state.step)
+        if self.acc.is_main_process:  # one writer: two ranks rewriting the log at once could leave it empty
+            _truncate_log(self.out / "metrics.jsonl", self.state.step)
+        self.acc.wait_for_everyone()
         return True
 
     def record(self, report: StepReport) -> bool:

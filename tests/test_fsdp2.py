@@ -10,6 +10,9 @@ import os
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from pathlib import Path
+
+import pytest
 
 
 def _qwen3():
@@ -73,51 +76,75 @@ def _shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
-def _checkpoint_rank(rank: int, world: int, folder: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    from accelerate import Accelerator
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from acesql_lib import checkpoint as ckpt
+    from acesql_lib.config import load_config
+    from acesql_lib.pool import ColumnSetPool
+
+    acc = Accelerator(cpu=True)  # the process group over gloo, as a launched GRPO rank has it
     try:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        from acesql_lib.checkpoint import gather_optimizer_state, restore_model_state, restore_optimizer_state
-
         mesh = init_device_mesh("cpu", (world,))
         straight = _shard(_qwen3(), mesh)
         opt = torch.optim.AdamW(straight.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 / (i + 1))
         _step(straight, opt)
-        full_weights = {k: v.full_tensor() for k, v in straight.state_dict().items()}  # what the checkpoint writes
-        local = next(iter(opt.state_dict()["state"].values()))["exp_avg"]  # what rank 0 alone would have saved
-        whole = gather_optimizer_state(straight, opt, sharded=True)
-        if rank == 0:
-            torch.save(whole, f"{folder}/optimizer.pt")
-        dist.barrier()
+        sched.step()
+        pool = ColumnSetPool(0.5)
+        pool.add_question("q1", gold=["t.a"], correct_sets=[["t.a", "t.b"]])
+        ckpt.save(Path(folder) / "run", ckpt.TrainState(step=1), acc, straight, opt, sched, pool, load_config("tiny"))
         _step(straight, opt, shift=5)  # the run that never stopped: step 2
-        resumed = _shard(_qwen3(), mesh)  # a fresh launch: other initial weights would do too
-        missing, unexpected = restore_model_state(resumed, full_weights, sharded=True)
-        assert not missing and not unexpected
+        resumed = _shard(_qwen3(), mesh)  # a fresh launch
         opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
-        restore_optimizer_state(resumed, opt2, torch.load(f"{folder}/optimizer.pt", weights_only=False)
-                                if rank == 0 else {}, sharded=True)
+        sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda i: 1.0 / (i + 1))
+        state, pool2 = ckpt.load_latest(Path(folder) / "run", acc, resumed, opt2, sched2, gamma=0.5)
         _step(resumed, opt2, shift=5)  # step 2 after the resume
         a = {k: v.full_tensor() for k, v in straight.state_dict().items()}
         b = {k: v.full_tensor() for k, v in resumed.state_dict().items()}
-        torch.save({"straight": a, "resumed": b, "local_rows": local.to_local().shape[0],
+        local = next(iter(opt.state_dict()["state"].values()))["exp_avg"]
+        torch.save({"straight": a, "resumed": b, "step": state.step, "same_pool": pool2.targets("q1") == pool.targets("q1") != [],
+                    "lr": opt2.param_groups[0]["lr"], "local_rows": local.to_local().shape[0],
                     "full_rows": local.shape[0]}, f"{folder}/ckpt{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        acc.end_training()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
-def test_a_sharded_checkpoint_holds_every_shard_and_resumes_exactly(tmp_path):
-    mp.start_processes(_checkpoint_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_path):
+    """checkpoint.save / load_latest under FSDP2 over 2 gloo processes: each rank writes and reads its own
+    shards of the model and of Adam's moments (torch's distributed checkpoint; no process holds the whole
+    optimizer state), and the resumed run's next step equals the straight run's. The same checkpoint
+    then resumes on one process, into an unsharded model (resharded on load)."""
+    from launching import free_port
+
+    from acesql_lib import checkpoint as ckpt
+
+    mp.start_processes(_checkpoint_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
     for rank in range(2):
         got = torch.load(tmp_path / f"ckpt{rank}.pt")
         assert got["straight"].keys() == got["resumed"].keys()
         for name, tensor in got["straight"].items():
             assert torch.allclose(tensor, got["resumed"][name], atol=1e-6), name
+        assert got["step"] == 1 and got["same_pool"] and got["lr"] == pytest.approx(5e-3)
         assert got["local_rows"] < got["full_rows"]  # a rank's own optimizer state is only its shard
-    whole = torch.load(tmp_path / "optimizer.pt", weights_only=False)
-    reference = _qwen3()
-    for name, p in reference.named_parameters():  # Adam's moments of every parameter, at full size
-        assert whole["state"][name]["exp_avg"].shape == p.shape, name
+    saved = tmp_path / "run" / "checkpoint-1"
+    assert {p.name for p in (saved / ckpt.SHARDED).glob("*.distcp")} == {"__0_0.distcp", "__1_0.distcp"}
+    assert not (saved / "optimizer.pt").exists()
+
+    from accelerate import Accelerator
+
+    model = _qwen3()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+    ckpt.load_latest(tmp_path / "run", Accelerator(cpu=True), model, opt, sched, gamma=0.5)
+    _step(model, opt, shift=5)
+    for name, tensor in model.state_dict().items():
+        assert torch.allclose(tensor, got["straight"][name], atol=1e-6), name
 
 
 def _reference_rank(rank: int, world: int, folder: str) -> None:
