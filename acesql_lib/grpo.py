@@ -25,6 +25,7 @@ import math
 import random
 import signal
 import time
+import typing
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ import torch
 from .progress import tqdm
 
 from . import checkpoint as ckpt
-from .config import Config
+from .config import AuthorsOrKit, Config
 from .executor import VALID_STATUSES
 from .microbatches import balanced_partitions, micro_batch_count
 from .pcgrad import combine_into_grads, save_grads
@@ -54,7 +55,7 @@ from .tracking import open_tracker
 # Pieces with their own tests
 
 
-SCHEDULES = ("authors", "kit")
+SCHEDULES = typing.get_args(AuthorsOrKit)  # grpo.schedule, declared in config
 
 
 def total_steps(n_questions: int, batch: int, epochs: int, max_steps: int = 0) -> int:

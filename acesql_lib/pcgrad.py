@@ -39,12 +39,15 @@ None gradients are zeros.
 """
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Sequence
 
 import torch
 
-PCGRAD_MODES = ("symmetric", "generator_dominant", "norm_equalised", "norm_mean", "none", "global")
+from .config import PCGradMode
+
+PCGRAD_MODES = typing.get_args(PCGradMode)  # declared once, in config
 AUTHORS_EPS = 1e-12  # authors' dp_actor.py default
 AUTHORS_MAX_RATIO = 0.3  # authors' norm_equalised cap (RL/trainer/config/actor/actor.yaml)
 _TINY = 1e-30

@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import typing
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from .config import Truncation
 from .engines import Completion, Engine
 from .executor import score_batch
 from .executor.scoring import rule as scoring_rule, sql_to_run
@@ -26,7 +28,7 @@ from .timing import phase
 __all__ = ["Task"]  # re-exported: a question with its schema lives in acesql_lib/task.py
 
 
-TRUNCATION_RULES = ("length", "no_stop")
+TRUNCATION_RULES = typing.get_args(Truncation)  # declared once, in config
 
 
 def is_truncated(c: Completion, max_new_tokens: int, rule: str = "length") -> bool:

@@ -150,3 +150,53 @@ def test_ablation_sets_name_configured_sets():
     assert [s.name for s in load_config("paper").eval.ablation_eval_sets()] == ["bird_dev"]  # §6: BIRD dev only
     with pytest.raises(ConfigError, match="eval.ablation_sets.*nope"):
         load_config("tiny", {"eval.ablation_sets": ["tiny_dev", "nope"]})
+
+
+def _choice_fields():
+    """Every (section, field, allowed values) of a setting whose type is a choice (a Literal in config.py)."""
+    import dataclasses as dc
+    import typing
+
+    from acesql_lib.config import _choice_adapters
+
+    cfg = load_config("tiny")
+    for f in dc.fields(Config):
+        section = getattr(cfg, f.name)
+        if dc.is_dataclass(section):
+            for name in _choice_adapters(type(section)):
+                hint = typing.get_type_hints(type(section))[name]
+                while typing.get_origin(hint) is not typing.Literal:  # list[Literal] / dict[Literal, float]
+                    hint = typing.get_args(hint)[0]
+                yield f.name, name, typing.get_args(hint)
+
+
+@pytest.mark.parametrize("section,name,allowed", list(_choice_fields()))
+def test_every_choice_refuses_a_value_outside_its_literal_naming_key_value_and_choices(section, name, allowed):
+    current = getattr(getattr(load_config("tiny"), section), name)
+    bad = "no-such-choice"
+    value = [bad] if isinstance(current, list) else {bad: 1.0} if isinstance(current, dict) else bad
+    with pytest.raises(ConfigError) as e:
+        load_config("tiny", {f"{section}.{name}": value})
+    message = str(e.value)
+    assert f"{section}.{name}" in message and repr(bad) in message
+    assert all(repr(choice) in message for choice in allowed)
+    for choice in allowed:  # and accepts each of its values (the choices a profile may name)
+        if isinstance(current, (list, dict)) or choice == current:
+            continue
+        try:
+            load_config("tiny", {f"{section}.{name}": choice})
+        except ConfigError as other:  # a rule that ties this choice to another setting, not the choice itself
+            assert "is not allowed" not in str(other), other
+
+
+def test_choices_the_modules_act_on_are_the_configs():
+    import typing
+
+    from acesql_lib import config, executor, grpo, pcgrad, rollouts, tracking
+
+    assert pcgrad.PCGRAD_MODES == typing.get_args(config.PCGradMode)
+    assert rollouts.TRUNCATION_RULES == typing.get_args(config.Truncation)
+    assert executor.SCORINGS == typing.get_args(config.Scoring)
+    assert grpo.SCHEDULES == typing.get_args(config.AuthorsOrKit)
+    assert tracking.TRACKERS == typing.get_args(config.Tracker)
+    assert len(list(_choice_fields())) >= 30

@@ -47,9 +47,12 @@ connection; the kit never runs a write (it is `blocked`, 0).
 from __future__ import annotations
 
 import re
+import typing
 from dataclasses import dataclass
 
-SCORINGS = ("kit", "authors", "bird_original", "bird_minidev")
+from ..config import Scoring
+
+SCORINGS = typing.get_args(Scoring)  # declared once, in config (eval.scoring)
 # What a prediction with no statement is replaced by under a rule that runs it: no rows, any width.
 EMPTY_RESULT_SQL = "SELECT 1 WHERE 0"
 # SQLite's own whitespace (sqlite3.c sqlite3Isspace), semicolons and comments: what Python's sqlite3
