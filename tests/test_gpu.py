@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.rl_fixture import rl_overrides
 from repo_paths import ROOT as REPO
 
 pytestmark = pytest.mark.gpu
@@ -26,11 +26,6 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module", autouse=True)
 def cuda_device():
     assert torch.cuda.is_available(), "tests/test_gpu.py needs a CUDA GPU (torch.cuda.is_available() is False)"
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> Path:
-    return build_rl_run(tmp_path_factory.mktemp("rl"))
 
 
 def _bf16_matmuls(model: torch.nn.Module) -> tuple[list[torch.dtype], list]:
@@ -42,7 +37,7 @@ def _bf16_matmuls(model: torch.nn.Module) -> tuple[list[torch.dtype], list]:
 
 
 @pytest.mark.parametrize("train_dtype", ["float32", "bfloat16"])
-def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(template, tmp_path, train_dtype):
+def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp_path, train_dtype):
     """`build_trainer` as the notebook calls it (its own Accelerator) with model.device=cuda: the policy's
     weights stay fp32 on the GPU, its matmuls run in bf16, and a 1e-6 AdamW step moves the weights; the same
     step on a bf16-held policy rounds nearly all of them away."""
@@ -52,7 +47,7 @@ def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(template, tmp_p
     from acesql_lib.grpo import build_trainer
 
     run = tmp_path / "run"
-    shutil.copytree(template, run)
+    shutil.copytree(rl_template, run)
     ctx = RunContext.create("tiny", rl_overrides(run, **{
         "grpo.max_steps": 1, "grpo.learning_rate": 1e-6, "grpo.bf16": True, "model.device": "cuda",
         "model.train_dtype": train_dtype}))
@@ -80,7 +75,7 @@ def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(template, tmp_p
         assert moved / total < 0.05
 
 
-def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(template, tmp_path):
+def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp_path):
     """Mixed SFT as notebook 03 runs it on a GPU (TRL, sft.bf16 on an fp32-loaded policy): fp32 weights on
     the GPU after training, bf16 matmuls, and a 1e-6 step moves nearly every weight."""
     from accelerate.state import AcceleratorState
@@ -95,7 +90,7 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(template, tmp_pa
     world = build_tinyworld(tmp_path / "world", seed=0, n_train=80, n_dev=8)
     examples = load_synsql(world.train_json, world.train_db_root).examples
     samples, _ = gold_samples(examples[:32], schemas_for(examples[:32], n_values=0), style="tiny")
-    model, tokenizer = load_policy(str(template / "models" / "sft"), dtype="float32", device="cpu")
+    model, tokenizer = load_policy(str(rl_template / "models" / "sft"), dtype="float32", device="cpu")
     before = {k: v.detach().clone() for k, v in model.named_parameters()}
     cfg = SFTConfig(learning_rate=1e-6, per_device_batch_size=8, gradient_accumulation_steps=1, num_epochs=1,
                     max_length=1024, bf16=True, gradient_checkpointing=False, logging_steps=1, save_steps=0,

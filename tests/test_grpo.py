@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,22 +18,12 @@ from safetensors.torch import load_file
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
-from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.rl_fixture import rl_overrides
+from helpers_rl import fresh_run
 from acesql_lib.timing import PHASES_LOG
 from helpers_tensorboard import read_events
 from launching import accelerate_launch
 from repo_paths import ROOT as REPO
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> Path:
-    return build_rl_run(tmp_path_factory.mktemp("rl"))
-
-
-def fresh_run(template: Path, tmp_path: Path, name: str) -> Path:
-    run = tmp_path / name
-    shutil.copytree(template, run)
-    return run
 
 
 def cli(run: Path, *extra: str) -> list[str]:
@@ -49,8 +38,8 @@ def params_of(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
-def test_one_step_logs_trl_metrics_and_moves_parameters(template, tmp_path):
-    run = fresh_run(template, tmp_path, "a")
+def test_one_step_logs_trl_metrics_and_moves_parameters(rl_template, tmp_path):
+    run = fresh_run(rl_template, tmp_path, "a")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     before = {k: v.detach().clone() for k, v in trainer.unwrapped.named_parameters()}
@@ -77,11 +66,11 @@ def test_one_step_logs_trl_metrics_and_moves_parameters(template, tmp_path):
     assert r["generator"].shape == (4, 4) and r["retriever"].shape == (4, 4)
 
 
-def test_kill_after_checkpoint_and_resume_equals_straight_run(template, tmp_path):
-    straight = fresh_run(template, tmp_path, "straight")
+def test_kill_after_checkpoint_and_resume_equals_straight_run(rl_template, tmp_path):
+    straight = fresh_run(rl_template, tmp_path, "straight")
     subprocess.run(cli(straight), cwd=REPO, check=True, capture_output=True, timeout=600)
 
-    resumed = fresh_run(template, tmp_path, "resumed")
+    resumed = fresh_run(rl_template, tmp_path, "resumed")
     proc = subprocess.Popen(cli(resumed), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = resumed / "grpo" / "full" / "checkpoint-2" / "COMPLETE"
     deadline = time.time() + 300
@@ -102,8 +91,8 @@ def test_kill_after_checkpoint_and_resume_equals_straight_run(template, tmp_path
     assert steps == [1, 2, 3, 4]  # the log holds each step once, whatever was redone
 
 
-def test_sigterm_writes_a_checkpoint_and_exits(template, tmp_path):
-    run = fresh_run(template, tmp_path, "term")
+def test_sigterm_writes_a_checkpoint_and_exits(rl_template, tmp_path):
+    run = fresh_run(rl_template, tmp_path, "term")
     proc = subprocess.Popen(cli(run, "grpo.save_every=100"), cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     log = run / "grpo" / "full" / "metrics.jsonl"
@@ -120,8 +109,8 @@ def test_sigterm_writes_a_checkpoint_and_exits(template, tmp_path):
     assert state["step"] == step >= 1
 
 
-def test_non_finite_loss_stops_with_a_message_after_saving(template, tmp_path):
-    run = fresh_run(template, tmp_path, "nan")
+def test_non_finite_loss_stops_with_a_message_after_saving(rl_template, tmp_path):
+    run = fresh_run(rl_template, tmp_path, "nan")
     ctx = RunContext.create("tiny", rl_overrides(run))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     with torch.no_grad():  # a broken reference: sampling still works, the KL term (and the loss) is NaN
@@ -131,9 +120,9 @@ def test_non_finite_loss_stops_with_a_message_after_saving(template, tmp_path):
     assert (run / "grpo" / "full" / "checkpoint-0" / "COMPLETE").exists()
 
 
-def test_two_processes_make_the_single_process_update(template, tmp_path):
+def test_two_processes_make_the_single_process_update(rl_template, tmp_path):
     """accelerate launch, 2 CPU processes (gloo), each with half of one global batch of rollouts."""
-    run = fresh_run(template, tmp_path, "ddp")
+    run = fresh_run(rl_template, tmp_path, "ddp")
     script = Path(__file__).with_name("ddp_update_check.py")
     env = {**os.environ, "ACESQL_RUN": str(run)}
     single = subprocess.run([sys.executable, str(script), "collect-and-single"], cwd=REPO, env=env,
@@ -154,8 +143,8 @@ def test_two_processes_make_the_single_process_update(template, tmp_path):
     assert moved > 0
 
 
-def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_last_good_checkpoint(template, tmp_path):
-    run = fresh_run(template, tmp_path, "nan2")
+def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_last_good_checkpoint(rl_template, tmp_path):
+    run = fresh_run(rl_template, tmp_path, "nan2")
     script = Path(__file__).with_name("nan_rank_check.py")
     done = subprocess.run(accelerate_launch("configs/accelerate/cpu_2proc.yaml", str(script)),
                           cwd=REPO, env={**os.environ, "ACESQL_RUN": str(run)}, capture_output=True, text=True,
@@ -164,12 +153,12 @@ def test_a_non_finite_loss_on_one_rank_stops_every_rank_with_the_last_good_check
     assert (run / "grpo" / "full" / "checkpoint-0" / "COMPLETE").exists()
 
 
-def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, tmp_path):
+def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(rl_template, tmp_path):
     def trainer_for(overrides):
         ctx = RunContext.create("tiny", overrides)
         return build_trainer(ctx.cfg, ctx.paths, progress=False)
 
-    run = fresh_run(template, tmp_path, "stale")
+    run = fresh_run(rl_template, tmp_path, "stale")
     over = rl_overrides(run, **{"grpo.max_steps": 2, "grpo.save_every": 1})
     trainer_for(over).train(stop_after=1)
     assert (run / "grpo" / "full" / "checkpoint-1" / "COMPLETE").exists()
@@ -185,12 +174,12 @@ def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(template, t
 
 
 @pytest.mark.parametrize("n_ret", [1, 4])
-def test_validation_averages_val_samples_generator_samples_per_question(template, tmp_path, n_ret, monkeypatch):
+def test_validation_averages_val_samples_generator_samples_per_question(rl_template, tmp_path, n_ret, monkeypatch):
     """The authors' validation is the training rollout at val_temperature: N_ret retriever samples, the vote,
     N_gen generator samples; EX is the share of matching generator samples."""
     import acesql_lib.grpo as grpo_mod
 
-    run = fresh_run(template, tmp_path, f"v{n_ret}")
+    run = fresh_run(rl_template, tmp_path, f"v{n_ret}")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3, "grpo.val_retriever_samples": n_ret}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     asked, generate = [], trainer.engine.generate
@@ -224,8 +213,8 @@ def test_validation_averages_val_samples_generator_samples_per_question(template
                                                          rel=1e-12)
 
 
-def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
-    run = fresh_run(template, tmp_path, "tb")
+def test_report_to_tensorboard_logs_the_jsonl_metrics(rl_template, tmp_path):
+    run = fresh_run(rl_template, tmp_path, "tb")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.report_to": "tensorboard"}))
     build_trainer(ctx.cfg, ctx.paths, progress=False).train()
     rows = [json.loads(x) for x in (run / "grpo" / "full" / "metrics.jsonl").read_text().splitlines()]
@@ -235,12 +224,12 @@ def test_report_to_tensorboard_logs_the_jsonl_metrics(template, tmp_path):
         assert [v for _, v in events[key]] == pytest.approx([r[key] for r in rows], rel=1e-6), key
 
 
-def test_trainer_reads_the_prompt_style_from_the_config(template, tmp_path):
+def test_trainer_reads_the_prompt_style_from_the_config(rl_template, tmp_path):
     """build_trainer once derived the style from the profile name ("tiny" -> tiny), so a profile
     with another model.prompt_style (the rehearsal) trained on prompts it never evaluated on."""
     from acesql_lib.rollouts import retriever_prompt
 
-    run = fresh_run(template, tmp_path, "style")
+    run = fresh_run(rl_template, tmp_path, "style")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert trainer.style == "paper"
@@ -250,7 +239,7 @@ def test_trainer_reads_the_prompt_style_from_the_config(template, tmp_path):
                                                       ctx.cfg.engine.enable_thinking)
 
 
-def test_rl_questions_chosen_by_the_sft_models_own_rollouts(template, tmp_path, monkeypatch):
+def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_path, monkeypatch):
     """distill.rl_selection "sft_model" (§3.4 read as the SFT model's rollouts): the SFT model is rolled out
     on the filtered pool, each question's correct rollouts are counted from its own shard records, the
     questions inside the bounds train, stage 1's validation split is kept as it is, the training
@@ -262,8 +251,8 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(template, tmp_path, 
     from acesql_lib.models import model_tag
     from acesql_lib.pool import ColumnSetPool
 
-    run = fresh_run(template, tmp_path, "sel")
-    world = template.parent / "world"
+    run = fresh_run(rl_template, tmp_path, "sel")
+    world = rl_template.parent / "world"
     candidates = load_synsql(world / "train" / "data.json", world / "train" / "databases").examples[:14]
     save_pool(run / "data" / "filtered_pool.json", candidates)
     stage1 = json.loads((run / "distill" / "rl_questions.json").read_text())
@@ -318,7 +307,7 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(template, tmp_path, 
     assert sorted(out.glob("shards/*/shard-*.jsonl")) == shards  # no new rollouts for new bounds
 
 
-def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_count(template, tmp_path, monkeypatch):
+def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_count(rl_template, tmp_path, monkeypatch):
     """accelerate's prepared scheduler steps num_processes times per call; ours must step once, so the
     warm-up of a 4-rank launch takes as many optimizer steps as a 1-process run's (issue: 4x warm-up)."""
     import accelerate.scheduler
@@ -327,7 +316,7 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
         num_processes = 4
 
     monkeypatch.setattr(accelerate.scheduler, "AcceleratorState", FourRanks)
-    run = fresh_run(template, tmp_path, "lr")
+    run = fresh_run(rl_template, tmp_path, "lr")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 1.0}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     reports = []
@@ -336,12 +325,12 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
     assert [r.metrics["lr"] for r in reports] == pytest.approx([lr * 2 / 3, lr, lr])
 
 
-def test_the_authors_schedule_and_question_order_drive_the_trainer(template, tmp_path):
+def test_the_authors_schedule_and_question_order_drive_the_trainer(rl_template, tmp_path):
     """grpo.schedule authors: the first update runs at lr 0 (verl's warm-up), so it leaves the weights as
     they were; grpo.data_order authors: each step's questions are verl's sampler's next batch."""
     from acesql_lib.grpo import epoch_order
 
-    run = fresh_run(template, tmp_path, "sched")
+    run = fresh_run(rl_template, tmp_path, "sched")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 0.67,
                                                          "grpo.schedule": "authors", "grpo.data_order": "authors",
                                                          "grpo.data_seed": 5}))
@@ -359,9 +348,9 @@ def test_the_authors_schedule_and_question_order_drive_the_trainer(template, tmp
 
 
 @pytest.mark.parametrize("schedule,w_gen", [("authors", 1.0), ("kit", 0.0)])
-def test_norm_equalised_pcgrad_trains_both_losses_at_full_scale_under_the_authors_schedule(template, tmp_path,
+def test_norm_equalised_pcgrad_trains_both_losses_at_full_scale_under_the_authors_schedule(rl_template, tmp_path,
                                                                                            schedule, w_gen):
-    run = fresh_run(template, tmp_path, f"ne-{schedule}")
+    run = fresh_run(rl_template, tmp_path, f"ne-{schedule}")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.pcgrad": "norm_equalised",
                                                          "grpo.schedule": schedule}))
     reports = []
@@ -371,7 +360,7 @@ def test_norm_equalised_pcgrad_trains_both_losses_at_full_scale_under_the_author
 
 @pytest.mark.parametrize("train_dtype", ["float32", "bfloat16"])
 def test_a_1e6_step_moves_fp32_master_weights_under_bf16_compute_and_rounds_away_on_a_bf16_policy(
-        template, tmp_path, train_dtype):
+        rl_template, tmp_path, train_dtype):
     """The authors' precision: fp32 masters, bf16 compute (here accelerate's bf16 autocast on CPU, as on a GPU).
     At lr 1e-6 AdamW moves every fp32 weight; the same step on a bf16-held policy rounds almost all away."""
     from accelerate import Accelerator
@@ -381,7 +370,7 @@ def test_a_1e6_step_moves_fp32_master_weights_under_bf16_compute_and_rounds_away
 
     assert accelerator_precision(True, cuda=True) == {"cpu": False, "mixed_precision": "bf16"}
     assert accelerator_precision(False, cuda=True)["mixed_precision"] == "no"
-    run = fresh_run(template, tmp_path, f"prec-{train_dtype}")
+    run = fresh_run(rl_template, tmp_path, f"prec-{train_dtype}")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 1, "grpo.learning_rate": 1e-6,
                                                          "model.train_dtype": train_dtype}))
     AcceleratorState._reset_state(True)
@@ -405,12 +394,12 @@ def test_a_1e6_step_moves_fp32_master_weights_under_bf16_compute_and_rounds_away
         assert moved / total < 0.05  # the update is below bf16's resolution for nearly every weight
 
 
-def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes_a_merged_model(template, tmp_path):
+def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes_a_merged_model(rl_template, tmp_path):
     """model.lora (the one-GPU route the preflight names): PEFT adapters on the SFT model train, a checkpoint
     holds them alone and resumes into an equal trainer, and final/ is a plain model with them merged."""
     from transformers import AutoModelForCausalLM
 
-    run = fresh_run(template, tmp_path, "lora")
+    run = fresh_run(rl_template, tmp_path, "lora")
     over = rl_overrides(run, **{"grpo.max_steps": 2, "grpo.save_every": 1, "model.lora": True, "model.lora_r": 4,
                                 "model.lora_alpha": 8, "model.lora_dropout": 0.0})
     ctx = RunContext.create("tiny", over)
@@ -432,12 +421,12 @@ def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes
     assert moved  # the adapters' update is in the merged weights
 
 
-def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their_last_tokens(template, tmp_path):
+def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their_last_tokens(rl_template, tmp_path):
     """The authors' limits at grpo.max_prompt_tokens: a question whose retriever prompt is longer is dropped
     (verl's filter_overlong_prompts), a longer generator prompt keeps its last tokens (left truncation)."""
     from acesql_lib.rollouts import generator_prompt, keep_last_tokens, prompt_tokens, retriever_prompt
 
-    run = fresh_run(template, tmp_path, "long")
+    run = fresh_run(rl_template, tmp_path, "long")
     plain = RunContext.create("tiny", rl_overrides(run))
     base = build_trainer(plain.cfg, plain.paths, progress=False)
     tok, style = base.tokenizer, base.style
@@ -463,14 +452,14 @@ def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their
                    for p in r.generator.prompts)
 
 
-def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_its_sequences(template, tmp_path):
+def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_its_sequences(rl_template, tmp_path):
     """grpo.loss_agg micro_token_mean: the gradient of one role equals that of sum over micro-batches of
     (sequences in it / sequences) x (its token mean), the micro-batches being verl's length-balanced split
     of ceil(tokens / micro_batch_tokens); it differs from the global token mean's gradient."""
     from acesql_lib.grpo import _pad_batch, completion_logprobs, ppo_token_loss
     from acesql_lib.microbatches import balanced_partitions, micro_batch_count
 
-    run = fresh_run(template, tmp_path, "agg")
+    run = fresh_run(rl_template, tmp_path, "agg")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.loss_agg": "micro_token_mean",
                                                          "grpo.kl_coef": 0.0}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
@@ -511,12 +500,12 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(global_mean, expected))
 
 
-def test_activation_checkpointing_gives_the_same_update(template, tmp_path):
+def test_activation_checkpointing_gives_the_same_update(rl_template, tmp_path):
     """grpo.gradient_checkpointing (the authors' actor): activations recomputed in the backward pass, the
     same combined gradient as storing them."""
     grads = {}
     for flag in (False, True):
-        run = fresh_run(template, tmp_path, f"gc-{flag}")
+        run = fresh_run(rl_template, tmp_path, f"gc-{flag}")
         ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.gradient_checkpointing": flag}))
         trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
         assert trainer.unwrapped.is_gradient_checkpointing == flag
@@ -527,7 +516,7 @@ def test_activation_checkpointing_gives_the_same_update(template, tmp_path):
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads[False], grads[True]))
 
 
-def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(template, tmp_path, monkeypatch):
+def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(rl_template, tmp_path, monkeypatch):
     """Under a launcher the Accelerator sets each rank's device and process group; models loaded before it
     would all land on the first GPU (the construction order of the multi-GPU launch)."""
     from accelerate.state import AcceleratorState, PartialState
@@ -548,13 +537,13 @@ def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(t
     monkeypatch.setattr(models, "load_policy", policy)
     monkeypatch.setattr(models, "load_reference", reference)
     AcceleratorState._reset_state(True)  # as in a fresh launch: no process state yet
-    run = fresh_run(template, tmp_path, "order")
+    run = fresh_run(rl_template, tmp_path, "order")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"model.device": "auto"}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert seen == [("policy", True, str(trainer.acc.device)), ("reference", True, str(trainer.acc.device))]
 
 
-def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(template, tmp_path, monkeypatch):
+def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(rl_template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
     from acesql_lib import rollouts
 
@@ -566,7 +555,7 @@ def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(tem
         return real(rolls, *args, **kw)
 
     monkeypatch.setattr(rollouts, "execute_rollouts", recording)
-    run = fresh_run(template, tmp_path, "ws")
+    run = fresh_run(rl_template, tmp_path, "ws")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 1, "grpo.sql_whitespace": "collapse"}))
     build_trainer(ctx.cfg, ctx.paths, progress=False).train()
     assert len(seen) >= 2 and set(seen) == {"collapse"}  # validation before and after the step, and the step

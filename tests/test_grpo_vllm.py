@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -17,7 +16,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.rl_fixture import rl_overrides
+from helpers_rl import fresh_run
 from launching import free_port
 from vllm_env import REPO_ROOT, vllm_env, vllm_python
 
@@ -25,20 +25,9 @@ pytestmark = pytest.mark.vllm
 CHECK = Path(__file__).with_name("grpo_vllm_check.py")
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory) -> Path:
-    return build_rl_run(tmp_path_factory.mktemp("rl_vllm"))
-
-
-def fresh_run(template: Path, tmp_path: Path, name: str) -> Path:
-    run = tmp_path / name
-    shutil.copytree(template, run)
-    return run
-
-
-def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(template, tmp_path):
+def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(rl_template, tmp_path):
     python = vllm_python()
-    run = fresh_run(template, tmp_path, "greedy")
+    run = fresh_run(rl_template, tmp_path, "greedy")
     done = subprocess.run([str(python), str(CHECK), str(run), "4"], cwd=REPO_ROOT, env=vllm_env(),
                           capture_output=True, text=True, timeout=600)
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
@@ -59,14 +48,14 @@ def _cli(python: Path, run: Path) -> list[str]:
     return [str(python), "-m", "acesql_lib.grpo", "--config", "tiny", "--set", *sets]
 
 
-def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(template, tmp_path):
+def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(rl_template, tmp_path):
     python = vllm_python()
-    straight = fresh_run(template, tmp_path, "straight")
+    straight = fresh_run(rl_template, tmp_path, "straight")
     done = subprocess.run(_cli(python, straight), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 
-    resumed = fresh_run(template, tmp_path, "resumed")
+    resumed = fresh_run(rl_template, tmp_path, "resumed")
     proc = subprocess.Popen(_cli(python, resumed), cwd=REPO_ROOT, env=vllm_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     marker = resumed / "grpo" / "full" / "checkpoint-2" / "COMPLETE"

@@ -17,7 +17,7 @@ import torch
 
 from acesql_lib.config import load_config
 from acesql_lib.datasets import load_synsql, schemas_for
-from acesql_lib.rl_fixture import build_rl_run, rl_overrides
+from acesql_lib.rl_fixture import rl_overrides
 from acesql_lib.tinybase import gold_samples
 from acesql_lib.tinyworld import TinyWorld
 from launching import accelerate_launch
@@ -27,8 +27,8 @@ CFG = load_config("rehearsal")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    return build_rl_run(tmp_path_factory.mktemp("launch"))
+def run(rl_template) -> Path:
+    return rl_template  # read only: every launch below works on its own copy
 
 
 def first_errors(stderr: str, width: int = 2500) -> str:
