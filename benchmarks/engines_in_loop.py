@@ -1,6 +1,6 @@
 """The two engines inside the training loop and the pipeline, side by side in one run on one machine.
 
-(1) Joint GRPO on the RL fixture policy (tests' `acesql_lib.rl_fixture`), `--steps` steps per run, runs
+(1) Joint GRPO on the RL fixture policy (tests' `acesql_lib.testing`), `--steps` steps per run, runs
     alternating hf, vllm, hf, vllm, ... (`--repeats` each): seconds per step, per generated token, and the
     rollout share of a step (the first step, which warms each engine, left out).
 (2) The rehearsal pipeline at the smoke size of tests/test_pipeline_rehearsal.py, once with each engine:
@@ -29,7 +29,7 @@ SMOKE = {"grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.m
 def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, float]:
     from acesql_lib.context import RunContext
     from acesql_lib.grpo import build_trainer
-    from acesql_lib.rl_fixture import rl_overrides
+    from acesql_lib.testing import rl_overrides
 
     shutil.copytree(template, work)
     over = rl_overrides(work, **{"engine.kind": kind, "grpo.max_steps": steps, "grpo.save_every": steps})
@@ -68,7 +68,7 @@ def main() -> None:
     ap.add_argument("--no-pipeline", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    from acesql_lib.rl_fixture import build_rl_run
+    from acesql_lib.testing import build_rl_run
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -21,7 +21,7 @@
 
     HF_HUB_OFFLINE=1 python benchmarks/grpo_bench.py [--steps 8] [--reps 8] [--run DIR] [--trl-no-kv-cache]
 
-Without --run, the small RL run folder of the test suite (acesql_lib.rl_fixture) is built in a
+Without --run, the small RL run folder of the test suite (acesql_lib.testing) is built in a
 temp folder (~1 min).
 Writes reports/benchmarks/grpo.json.
 """
@@ -57,7 +57,7 @@ from acesql_lib.grpo import JointGRPO, build_trainer  # noqa: E402
 from acesql_lib.pcgrad import combine_into_grads, save_grads  # noqa: E402
 from acesql_lib.prompts import generator_messages, parse_generator  # noqa: E402
 from acesql_lib.rewards import LengthPenalty, make_generator_reward_fn  # noqa: E402
-from acesql_lib.rl_fixture import build_rl_run, rl_overrides  # noqa: E402
+from acesql_lib.testing import build_rl_run, rl_overrides  # noqa: E402
 
 BATCH_QUESTIONS = 4  # questions per step, both trainers
 GROUP = 4  # samples per question (per role for ours), TRL num_generations
@@ -458,7 +458,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="timed steps per trainer (after one warm-up step)")
     ap.add_argument("--reps", type=int, default=8, help="timed updates per PCGrad mode (after one warm-up each)")
-    ap.add_argument("--run", type=Path, default=None, help="an RL run folder from acesql_lib.rl_fixture (else built)")
+    ap.add_argument("--run", type=Path, default=None, help="an RL run folder from acesql_lib.testing (else built)")
     ap.add_argument("--trl-no-kv-cache", action="store_true",
                     help="leave TRL's generation as transformers' Trainer configures it (use_cache=False)")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "benchmarks" / "grpo.json")

@@ -18,10 +18,10 @@ _CALIBRATION: dict[str, float] = {}
 
 @pytest.fixture(scope="session")
 def rl_template(tmp_path_factory):
-    """The small RL run (models/sft, the pool, the RL questions over a tiny world; acesql_lib/rl_fixture.py),
+    """The small RL run (models/sft, the pool, the RL questions over a tiny world; acesql_lib/testing.py),
     built once per session for test_grpo, test_grpo_vllm, test_launches and test_gpu. Read only: a test
     trains in a copy (helpers_rl.fresh_run)."""
-    from acesql_lib.rl_fixture import build_rl_run
+    from acesql_lib.testing import build_rl_run
 
     return build_rl_run(tmp_path_factory.mktemp("rl"))
 

@@ -15,7 +15,7 @@ def main(run: Path, steps: int) -> dict:
     from acesql_lib.context import RunContext
     from acesql_lib.engines import HFEngine, VLLMEngine
     from acesql_lib.grpo import build_trainer
-    from acesql_lib.rl_fixture import rl_overrides
+    from acesql_lib.testing import rl_overrides
     from acesql_lib.rollouts import retriever_prompt
 
     over = rl_overrides(run, **{"engine.kind": "vllm", "grpo.max_steps": steps, "grpo.save_every": steps,

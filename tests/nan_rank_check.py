@@ -11,7 +11,7 @@ import torch
 
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
-from acesql_lib.rl_fixture import rl_overrides
+from acesql_lib.testing import rl_overrides
 
 
 def main() -> None:

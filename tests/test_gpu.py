@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.rl_fixture import rl_overrides
+from acesql_lib.testing import rl_overrides
 from repo_paths import ROOT as REPO
 
 pytestmark = pytest.mark.gpu

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
 
-from acesql_lib.rl_fixture import rl_overrides
+from acesql_lib.testing import rl_overrides
 from helpers_rl import fresh_run
 from acesql_lib.timing import PHASES_LOG
 from helpers_tensorboard import read_events

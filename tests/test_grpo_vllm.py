@@ -16,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from acesql_lib.rl_fixture import rl_overrides
+from acesql_lib.testing import rl_overrides
 from helpers_rl import fresh_run
 from launching import free_port
 from vllm_env import REPO_ROOT, vllm_env, vllm_python

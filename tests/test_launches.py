@@ -17,7 +17,7 @@ import torch
 
 from acesql_lib.config import load_config
 from acesql_lib.datasets import load_synsql, schemas_for
-from acesql_lib.rl_fixture import rl_overrides
+from acesql_lib.testing import rl_overrides
 from acesql_lib.tinybase import gold_samples
 from acesql_lib.tinyworld import TinyWorld
 from launching import accelerate_launch

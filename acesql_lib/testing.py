@@ -1,9 +1,12 @@
-"""A small, real RL run folder: tiny world questions, a briefly trained tiny policy (so outputs are
-well formed and rewards vary), an initial pool and the RL question set, laid out exactly as
-notebooks 02-03 write them; and the overrides that make a GRPO step take seconds on CPU.
+"""For tests and benchmarks, not for training runs: a small, real RL run folder (tiny world questions, a
+briefly trained tiny policy so outputs are well formed and rewards vary, an initial pool and the RL question
+set, laid out exactly as notebooks 02-03 write them) and the overrides that make a GRPO step take seconds
+on CPU.
 
-One builder for the GRPO tests (tests/test_grpo.py, tests/ddp_update_check.py) and the GRPO
-benchmark (benchmarks/grpo_bench.py), so both measure the same run."""
+One builder for the GRPO tests (tests/conftest.py's `rl_template`, the launch checks under tests/) and the
+GRPO benchmarks (benchmarks/grpo_bench.py, benchmarks/engines_in_loop.py), so they measure the same run.
+It lives in the package, not under tests/, because the launch checks and the benchmarks import it from
+processes that do not have tests/ on their path."""
 from __future__ import annotations
 
 import dataclasses
