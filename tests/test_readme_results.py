@@ -41,7 +41,7 @@ def test_block_is_replaced_by_the_run_tables_and_the_rest_is_kept(reports_dir, t
     text = readme.read_text()
     assert "hand-copied" not in text and text.startswith("# Kit\n\nintro\n\n") and text.endswith("## Later\ntext\n")
     claims = (reports_dir / "tables" / "claims.md").read_text().strip()
-    assert claims in text and (reports_dir / "tables" / "table1_main.md").read_text().strip() in text
+    assert rr.first_set_rows(claims) in text and (reports_dir / "tables" / "table1_main.md").read_text().strip() in text
     assert "| RL > SFT |" in text and "[" in text  # the claims with their CIs
     assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme), "--check"]) == 0
     before = readme.read_text()
@@ -62,8 +62,8 @@ def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
 def test_the_repository_has_one_block_per_profile_in_its_file():
     rr = _script()
     root = ROOT
-    for block, name, tables in (("tiny", "README.md", ("table1_main", "claims")),
-                                ("tiny-details", "docs/status.md", ("table2_efficiency", "table4_ablation")),
+    for block, name, tables in (("tiny", "README.md", ("table1_main", "claims:first_set")),
+                                ("tiny-details", "docs/status.md", ("table2_efficiency", "table4_ablation", "claims")),
                                 ("tiny-study", "docs/status.md", rr.ALL_TABLES)):
         assert (block, root / name, tables) in rr.blocks_of(rr.BLOCKS[block][1])
         text = (root / name).read_text()
@@ -73,15 +73,15 @@ def test_the_repository_has_one_block_per_profile_in_its_file():
 
 
 def test_the_front_page_block_and_the_details_block_come_from_one_run(reports_dir, tmp_path):
-    """`--profile tiny` writes the main table and the claims into the README's block and the efficiency
-    and ablation tables into docs/status.md's, both from the same reports."""
+    """`--profile tiny` writes the main table and the claims on the first set into the README's block, and the
+    efficiency and ablation tables and every claim into docs/status.md's, both from the same reports."""
     rr = _script()
     readme, status = tmp_path / "README.md", tmp_path / "status.md"
     readme.write_text("<!-- results:tiny -->\nold\n<!-- /results:tiny -->\n")
     status.write_text("x\n<!-- results:tiny-details -->\nold\n<!-- /results:tiny-details -->\n")
     saved = dict(rr.BLOCKS)
     rr.BLOCKS.update({"tiny": (str(readme), "tiny", rr.SECTION_TABLES),
-                      "tiny-details": (str(status), "tiny", ("table2_efficiency", "table4_ablation"))})
+                      "tiny-details": (str(status), "tiny", ("table2_efficiency", "table4_ablation", "claims"))})
     try:
         assert rr.main(["--profile", "tiny", "--reports", str(reports_dir)]) == 0
         assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--check"]) == 0
@@ -90,7 +90,21 @@ def test_the_front_page_block_and_the_details_block_come_from_one_run(reports_di
         rr.BLOCKS.update(saved)
     tables = reports_dir / "tables"
     front, details = readme.read_text(), status.read_text()
-    assert (tables / "claims.md").read_text().strip() in front and (tables / "table1_main.md").read_text().strip() in front
+    claims = (tables / "claims.md").read_text().strip()
+    assert rr.first_set_rows(claims) in front and (tables / "table1_main.md").read_text().strip() in front
     assert (tables / "table4_ablation.md").read_text().strip() in details
-    assert (tables / "claims.md").read_text().strip() not in details
+    assert claims in details
     assert (tables / "table2_efficiency.md").read_text().strip() not in front
+
+
+def test_the_front_page_shows_the_claims_measured_on_the_first_set_and_says_where_the_rest_are():
+    rr = _script()
+    table = ("**Claims**\n\n| Claim | Measured on | Verdict |\n|---|---|---|\n| A | dev | holds |\n| B | dev | reversed |\n"
+             "| A | dev_id | holds |\n| B | dev_id | not distinguishable |\n\n- a footnote")
+    view = rr.first_set_rows(table)
+    assert "| A | dev | holds |" in view and "| B | dev | reversed |" in view and "dev_id" not in view
+    assert view.startswith("**Claims**\n\n| Claim | Measured on | Verdict |\n|---|---|---|\n")
+    assert "The rows measured on dev;" in view and view.endswith("- a footnote")
+    one_set = table.replace("dev_id", "dev")
+    assert rr.first_set_rows(one_set) == one_set  # nothing left out, nothing to say
+    assert rr.first_set_rows("| x | y |\n|---|---|\n| 1 | 2 |") == "| x | y |\n|---|---|\n| 1 | 2 |"
