@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import re
 import types
 import typing
@@ -21,6 +19,7 @@ from typing import Any, Literal
 import yaml
 
 from .prompts import PROMPT_STYLES
+from .reuse_keys import code_hash, settings_hash  # noqa: F401  (re-exported: tinybase imports them from here)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -573,44 +572,6 @@ def _dotted_to_nested(overrides: dict[str, Any]) -> dict[str, Any]:
             node = node.setdefault(p, {})
         node[leaf] = value
     return nested
-
-
-def settings_hash(settings: Any, length: int = 16) -> str:
-    """A short, stable fingerprint of JSON-able settings: what decides whether saved work is reused."""
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
-
-
-def source_digest(files: "list[Path] | tuple[Path, ...]", length: int = 16) -> str:
-    """A fingerprint of Python source files' code: their syntax trees without docstrings, so editing
-    how an artefact is built changes it while a comment, a docstring or reformatting does not."""
-    import ast
-
-    h = hashlib.sha256()
-    for path in files:
-        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
-                node.body = body[1:] or [ast.Pass()]
-        h.update(Path(path).name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
-    return h.hexdigest()[:length]
-
-
-def code_hash(*modules: str, length: int = 16) -> str:
-    """`source_digest` of this package's modules by name ("tinybase", "sft", ...): part of the reuse key
-    of an artefact those modules build, so a fresh clone of newer code never reuses an older build."""
-    here = Path(__file__).resolve().parent
-    files: list[Path] = []
-    for m in modules:  # a module file, or every file of a package (executor/, tinyworld/, reports/)
-        if (here / f"{m}.py").is_file():
-            files.append(here / f"{m}.py")
-        elif (here / m / "__init__.py").is_file():
-            files += sorted((here / m).glob("*.py"))
-        else:
-            raise FileNotFoundError(f"code_hash: no module or package {m!r} in {here}")
-    return source_digest(files, length)
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:

@@ -21,7 +21,8 @@ from typing import Any, Sequence
 
 from .progress import tqdm
 
-from .config import Config, settings_hash
+from .config import Config
+from .reuse_keys import settings_hash
 from .datasets import Example, schema_for
 from .executor import execute
 from .pool import ColumnSetPool

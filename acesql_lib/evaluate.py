@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Config, EvalSet, code_hash, settings_hash
+from .config import Config, EvalSet
+from .reuse_keys import code_hash, settings_hash
 from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import settings_hash
+from .reuse_keys import settings_hash
 from .tinyworld import TinyWorld
 
 MARKER = ".acesql-layout.json"

@@ -26,7 +26,8 @@ from typing import Any
 
 from .progress import tqdm
 
-from .config import REPO_ROOT, code_hash, load_config, parse_overrides, settings_hash
+from .config import REPO_ROOT, load_config, parse_overrides
+from .reuse_keys import code_hash, settings_hash
 from .paths import EVAL_CACHE
 
 SHARED_NOTEBOOKS = ["00", "01", "02", "03"]

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from acesql_lib import tinybase
-from acesql_lib.config import code_hash, load_config, settings_hash, source_digest
+from acesql_lib.config import load_config
+from acesql_lib.reuse_keys import code_hash, settings_hash, source_digest
 from acesql_lib.datasets import load_bird, schemas_for
 from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
@@ -96,16 +97,16 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
 def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
     """`executor` and `tinyworld` are packages: their key is every file of theirs, so an edit to one
     of their modules changes it (a study keyed on "executor" once failed: no executor.py)."""
-    import acesql_lib.config as config
+    import acesql_lib.reuse_keys as reuse_keys
 
     assert len(code_hash("executor", "tinyworld", "reports")) == 16  # the real packages
     pkg = tmp_path / "acesql_lib"
     (pkg / "executor").mkdir(parents=True)
-    (pkg / "config.py").write_text("")
+    (pkg / "reuse_keys.py").write_text("")
     (pkg / "executor" / "__init__.py").write_text("")
     (pkg / "executor" / "sandbox.py").write_text("LIMIT = 1\n")
     (pkg / "executor" / "batch.py").write_text("def f():\n    return 1\n")
-    monkeypatch.setattr(config, "__file__", str(pkg / "config.py"))
-    before = config.code_hash("executor")
+    monkeypatch.setattr(reuse_keys, "__file__", str(pkg / "reuse_keys.py"))
+    before = reuse_keys.code_hash("executor")
     (pkg / "executor" / "sandbox.py").write_text("LIMIT = 2\n")
-    assert config.code_hash("executor") != before
+    assert reuse_keys.code_hash("executor") != before

@@ -290,7 +290,7 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     from acesql_lib.context import RunContext
     from acesql_lib.datasets import schemas_for, training_pool
     from acesql_lib.filtering import filter_pool
-    from acesql_lib.config import code_hash
+    from acesql_lib.reuse_keys import code_hash
     from acesql_lib.tinybase import BUILD_MODULES, base_settings, base_training_data
     from acesql_lib.tinyworld import build_profile_world
 

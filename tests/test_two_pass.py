@@ -122,7 +122,7 @@ def test_distillation_shards_are_keyed_by_the_same_sampling_spec():
     change of any sampling setting (enable_thinking, top_p included) never reuses old shards."""
     import dataclasses
 
-    from acesql_lib.config import settings_hash
+    from acesql_lib.reuse_keys import settings_hash
     from acesql_lib.distill import shard_settings
 
     cfg = load_config("tiny")

@@ -1,0 +1,49 @@
+"""Reuse keys: the fingerprints that decide whether saved work (a base model, distillation shards, an
+evaluation, a study's parts) is reused or built again. `settings_hash` covers the settings an artefact was
+made with, `code_hash` the code that made it (syntax trees without docstrings: a comment or a docstring does
+not change it, a code edit does). Each artefact's builder names its own settings and modules.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+
+def settings_hash(settings: Any, length: int = 16) -> str:
+    """A short, stable fingerprint of JSON-able settings: what decides whether saved work is reused."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()[:length]
+
+
+def source_digest(files: "list[Path] | tuple[Path, ...]", length: int = 16) -> str:
+    """A fingerprint of Python source files' code: their syntax trees without docstrings, so editing
+    how an artefact is built changes it while a comment, a docstring or reformatting does not."""
+    import ast
+
+    h = hashlib.sha256()
+    for path in files:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                    and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                    and isinstance(body[0].value.value, str)):
+                node.body = body[1:] or [ast.Pass()]
+        h.update(Path(path).name.encode() + b"\0" + ast.dump(tree).encode() + b"\0")
+    return h.hexdigest()[:length]
+
+
+def code_hash(*modules: str, length: int = 16) -> str:
+    """`source_digest` of this package's modules by name ("tinybase", "sft", ...): part of the reuse key
+    of an artefact those modules build, so a fresh clone of newer code never reuses an older build."""
+    here = Path(__file__).resolve().parent
+    files: list[Path] = []
+    for m in modules:  # a module file, or every file of a package (executor/, tinyworld/, reports/)
+        if (here / f"{m}.py").is_file():
+            files.append(here / f"{m}.py")
+        elif (here / m / "__init__.py").is_file():
+            files += sorted((here / m).glob("*.py"))
+        else:
+            raise FileNotFoundError(f"code_hash: no module or package {m!r} in {here}")
+    return source_digest(files, length)
