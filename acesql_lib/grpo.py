@@ -257,7 +257,8 @@ class JointGRPO:
             self.model, self.optimizer = self.acc.prepare(policy, optimizer)
         if self.acc.is_main_process and self.acc.num_processes > 1:
             how = ("FSDP2, sharded by the kit (accelerate's FSDP needs GPUs)" if kit_fsdp2(self.acc)
-                   else self.acc.distributed_type.name)
+                   else "FSDP2 (accelerate)" if getattr(self.acc, "is_fsdp2", False)
+                   else f"replicated ({self.acc.distributed_type.name}, DDP)")
             print(f"[grpo] {self.acc.num_processes} processes, policy and reference: {how}", flush=True)
         # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
         # are not split (accelerate/scheduler.py), so 4 ranks would run the warm-up 4x as fast. One

@@ -30,8 +30,10 @@ import torch
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The transformer blocks of a causal LM (`model.model.layers`), the units FSDP2 shards one by one."""
-    inner = getattr(model, "model", None)
+    """The transformer blocks of a causal LM (`model.model.layers`, under PEFT the base model's), the units
+    FSDP2 shards one by one."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(base, "model", None)
     layers = getattr(inner, "layers", None)
     if layers is None:
         raise ValueError(f"{type(model).__name__}: no decoder layers at .model.layers to shard")

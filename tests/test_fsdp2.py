@@ -267,3 +267,15 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
         mine = PROMPTS[:1] if rank == 0 else PROMPTS
         expected = engine.generate(mine, temperature=0.0, max_new_tokens=6 + 10 * rank)
         assert got["tokens"] == [g[0].token_ids for g in expected]
+
+
+def test_the_units_fsdp2_shards_are_the_decoder_layers_with_or_without_lora_adapters():
+    from acesql_lib.models import LoraSpec, apply_lora
+    from acesql_lib.sharding import decoder_layers
+
+    plain = _qwen3()
+    assert decoder_layers(plain) == list(plain.model.layers)
+    adapted = apply_lora(_qwen3(), LoraSpec(r=4, alpha=8))  # model.lora: the policy is a PEFT model
+    assert decoder_layers(adapted) == list(adapted.get_base_model().model.layers)
+    with pytest.raises(ValueError, match="no decoder layers"):
+        decoder_layers(torch.nn.Linear(2, 2))

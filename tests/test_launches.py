@@ -164,7 +164,7 @@ def test_fsdp2_launch_killed_and_resumed_equals_the_straight_run(run, fsdp2_stra
 def test_ddp_launch_resumes_after_a_kill_and_its_first_update_is_fsdp2s(run, fsdp2_straight, tmp_path):
     cmd, out = grpo_launch(run, tmp_path / "run", "configs/accelerate/cpu_2proc.yaml")
     done = killed_and_resumed(cmd, out)
-    assert "policy and reference: MULTI_CPU" in done.stdout
+    assert "policy and reference: replicated (MULTI_CPU, DDP)" in done.stdout
     assert (out / "checkpoint-3" / "COMPLETE").exists() and (out / "final" / "config.json").exists()
     ddp, fsdp2 = metrics(out), metrics(fsdp2_straight)
     assert [m["step"] for m in ddp] == [1, 2, 3]
