@@ -26,6 +26,15 @@ def rl_template(tmp_path_factory):
     return build_rl_run(tmp_path_factory.mktemp("rl"))
 
 
+@pytest.fixture(scope="session")
+def small_world(tmp_path_factory):
+    """A tiny world (seed 0; 60 training questions, 20 dev) for the tests that read one: test_datasets,
+    test_distill, test_rehearsal's layouts. Read only."""
+    from acesql_lib.tinyworld import build_tinyworld
+
+    return build_tinyworld(tmp_path_factory.mktemp("small_world") / "world", seed=0, n_train=60, n_dev=20)
+
+
 @pytest.fixture(scope="module")
 def bird_dir(tmp_path_factory):
     """A BIRD-layout dev set over a real SQLite database: dev.json (helpers_bird.QUESTIONS) +

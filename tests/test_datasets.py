@@ -11,13 +11,12 @@ import pytest
 
 from acesql_lib.datasets import (DatasetError, OfflineError, download_acesql_release, download_bird_dev,
                                  download_spider, download_synsql, load_bird, load_spider, load_synsql, load_tables)
-from acesql_lib.tinyworld import build_tinyworld
 from repo_paths import REAL
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    return build_tinyworld(tmp_path_factory.mktemp("dsw") / "world", seed=0, n_train=60, n_dev=20)
+def world(small_world):
+    return small_world  # conftest: seed 0, 60 training and 20 dev questions
 
 
 def _write(path: Path, obj) -> Path:

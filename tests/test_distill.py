@@ -9,12 +9,12 @@ from acesql_lib.datasets import load_synsql
 from acesql_lib.distill import build_products, make_tasks, run_distillation, save_products, usable
 from acesql_lib.engines import HFEngine
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.tinyworld import build_tinyworld, world_text
+from acesql_lib.tinyworld import world_text
 
 
 @pytest.fixture(scope="module")
-def tasks(tmp_path_factory):
-    world = build_tinyworld(tmp_path_factory.mktemp("w") / "world", seed=0, n_train=60, n_dev=10)
+def tasks(small_world):
+    world = small_world
     return world, make_tasks(load_synsql(world.train_json, world.train_db_root).examples[:6], n_values=0)
 
 

@@ -125,9 +125,8 @@ def test_engine_kind_auto_resolves_to_what_is_installed():
 
 
 @pytest.fixture(scope="module")
-def layouts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("layouts")
-    world = build_tinyworld(root / "world", seed=0, n_train=60, n_dev=20)
+def layouts(tmp_path_factory, small_world):
+    root, world = tmp_path_factory.mktemp("layouts"), small_world
     roots = LayoutRoots(root / "synsql", root / "bird" / "dev_20240627", root / "spider", root / "spider_dk",
                         root / "spider_syn", root / "spider_realistic")
     counts = write_layouts(world, roots, DK)
