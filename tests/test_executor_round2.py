@@ -111,18 +111,24 @@ class TestPredictionLearnsTheGold:
         assert (r.status, r.rows) == ("ok", rows), r
 
     def test_a_slow_gold_takes_nothing_from_the_predictions_deadline(self, db):
-        """Timing: a prediction's deadline and reported time are its own, whatever the gold cost."""
+        """Timing: a prediction's deadline and reported time are its own, whatever the gold cost. The gold
+        costs 3 units of work, the prediction 1, the deadline is 3.5: charged with the gold, the prediction
+        would have half a unit left and time out; alone it has 3.5x its need (room for a machine that slows
+        down after the unit is measured). Its reported time is a fraction of the call's."""
         slow = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) "
                 "SELECT count(*) FROM c")
         conn = sqlite3.connect(":memory:")
         n = 200_000
         start = time.perf_counter()
         conn.execute(slow.format(n=n)).fetchall()
-        n = int(n * 0.6 / max(time.perf_counter() - start, 1e-3))  # about 0.6 s of work
-        gold, pred = slow.format(n=n), slow.format(n=n).replace("count(*)", "count(x)")
-        scores = score_batch([(pred, gold, db)], workers=1, progress=False, timeout_s=1.5)
-        assert scores[0].pred_status == "ok" and scores[0].correct, scores[0]
-        assert scores[0].pred_elapsed_s < 1.5
+        unit_s = 0.4
+        n = int(n * unit_s / max(time.perf_counter() - start, 1e-3))  # about 0.4 s of work
+        gold, pred = slow.format(n=3 * n), slow.format(n=n)
+        start = time.perf_counter()
+        scores = score_batch([(pred, gold, db)], workers=1, progress=False, timeout_s=3.5 * unit_s)
+        wall = time.perf_counter() - start
+        assert scores[0].pred_status == "ok", scores[0]
+        assert scores[0].pred_elapsed_s < 0.5 * wall, (scores[0], wall)  # the gold's time is not in it
 
     def test_no_error_returned_for_a_prediction_echoes_the_gold(self, db):
         """Errors that echo SQL: what a prediction gets back (status, error) never carries the gold's
