@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -95,7 +96,8 @@ def test_each_launched_rank_runs_its_own_engine_through_the_external_launcher():
            str(Path(__file__).with_name("vllm_ranks_check.py")), str(REPO_ROOT / "data" / "tiny_base")]
     done = subprocess.run(cmd, cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
-    ranks = sorted((json.loads(x) for x in done.stdout.splitlines() if x.startswith('{"rank"')), key=lambda r: r["rank"])
+    # the ranks share one stdout: a rank's line may land inside another's, so read every object wherever it is
+    ranks = sorted((json.loads(x) for x in re.findall(r'\{"rank"[^{}]*\}', done.stdout)), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
         assert r["world"] == 2 and r["external"] and r["before"] and r["after"] and r["moved"], r

@@ -48,4 +48,5 @@ def main(model_dir: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1])), flush=True)
+    sys.stdout.write(json.dumps(main(sys.argv[1])) + "\n")  # one write: the two ranks share torchrun's stdout
+    sys.stdout.flush()
