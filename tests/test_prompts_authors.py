@@ -23,6 +23,7 @@ from acesql_lib.prompts import generator_messages, retriever_messages
 from acesql_lib.rollouts import generator_prompt, retriever_prompt
 from acesql_lib.schema import load_tables_json
 from repo_paths import FIXTURES, ROOT
+from helpers_db import sqlite_db
 
 GOLDEN_KIT = FIXTURES / "prompts_golden_kit.json"
 
@@ -296,7 +297,6 @@ class _Recording:
 def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_ones(tmp_path, tokenizer):
     """Through the kit's code paths: `evaluate` prompts with the authors' evaluation templates (question as
     read), a training rollout (self-distillation, GRPO, its validation) with their training templates."""
-    import sqlite3
 
     from acesql_lib.datasets import Example
     from acesql_lib.evaluate import evaluate
@@ -304,12 +304,8 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.schema import Schema
 
-    db = tmp_path / "db" / "club" / "club.sqlite"
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2), ('Site B', 3);")
-    conn.commit()
-    conn.close()
+    db = sqlite_db(tmp_path / "db" / "club" / "club.sqlite",
+                   "CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2), ('Site B', 3);")
     cfg = load_config("paper", {"run_dir": str(tmp_path / "run"), "eval.workers": 1})
     ex = Example("q1", "club", " Which a at Site B? ", "site means a", "SELECT a FROM t WHERE a = 'Site B'",
                  "simple", "", "bird", str(db))

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ from acesql_lib.datasets import load_bird, schemas_for
 from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.tinyworld import TinyWorld
+from helpers_db import sqlite_db
 
 SOURCE = '''"""Module doc."""
 import math
@@ -69,13 +68,9 @@ def test_tokenizer_training_is_deterministic():
 
 
 def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
-    db = tmp_path / "dev_databases" / "concerts" / "concerts.sqlite"
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);"
-                       "INSERT INTO singer VALUES (1, 'Joe', 52), (2, 'Ann', 25);")
-    conn.commit()
-    conn.close()
+    sqlite_db(tmp_path / "dev_databases" / "concerts" / "concerts.sqlite",
+              "CREATE TABLE singer (singer_id INTEGER PRIMARY KEY, name TEXT, age INTEGER);"
+              "INSERT INTO singer VALUES (1, 'Joe', 52), (2, 'Ann', 25);")
     qs = [("How many singers are older than 30?", "SELECT count(*) FROM singer WHERE age > 30"),
           ("Name the singers.", "SELECT name FROM singer")]
     (tmp_path / "dev.json").write_text(json.dumps([{"question_id": i, "db_id": "concerts", "question": q,

@@ -3,7 +3,6 @@ and its validation reward it, under every profile (the parsers' rules, truncatio
 runs, the column set a match adds to the pool)."""
 from __future__ import annotations
 
-import sqlite3
 
 import pytest
 
@@ -13,6 +12,7 @@ from acesql_lib.datasets import Example
 from acesql_lib.engines import Completion, Engine
 from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
 from acesql_lib.schema import Schema
+from helpers_db import sqlite_db
 
 GOLD = "SELECT count(*) FROM t"
 ANSWERS = {  # what the scripted generator writes, one per sample: each stresses one rule
@@ -44,12 +44,8 @@ class _Scripted(Engine):
 
 @pytest.fixture()
 def task(tmp_path) -> Task:
-    db = tmp_path / "db" / "club" / "club.sqlite"
-    db.parent.mkdir(parents=True)
-    conn = sqlite3.connect(db)
-    conn.executescript("CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2);")
-    conn.commit()
-    conn.close()
+    db = sqlite_db(tmp_path / "db" / "club" / "club.sqlite",
+                   "CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2);")
     ex = Example("q1", "club", "How many rows?", "", GOLD, "simple", "", "bird", str(db))
     return Task(ex, Schema.from_sqlite(db))
 
