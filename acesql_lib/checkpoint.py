@@ -73,8 +73,23 @@ def restore_optimizer_state(model: torch.nn.Module, optimizer: Any, state: dict[
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+    state = _state_by_name(model, state)
+
     set_optimizer_state_dict(model, _inner(optimizer), state,
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def _state_by_name(model: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """A one-process optimizer state (parameters numbered in the optimizer's order) keyed by parameter name,
+    the form torch's distributed state-dict API reads; a state already keyed by name (or the empty one that
+    ranks other than the main process pass) as it is. The kit's optimizer holds the trainable parameters in
+    the model's order, one group."""
+    groups = state.get("param_groups") or []
+    if not groups or not all(isinstance(i, int) for g in groups for i in g["params"]):
+        return state
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    return {"state": {names[i]: v for i, v in state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in groups]}
 
 
 def _is_sharded(acc: Any, model: torch.nn.Module) -> bool:

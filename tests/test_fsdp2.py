@@ -141,10 +141,45 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     model = _qwen3()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-    ckpt.load_latest(tmp_path / "run", Accelerator(cpu=True), model, opt, sched, gamma=0.5)
+    acc = Accelerator(cpu=True)
+    ckpt.load_latest(tmp_path / "run", acc, model, opt, sched, gamma=0.5)
+    from acesql_lib.config import load_config
+    from acesql_lib.pool import ColumnSetPool
+
+    # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2
+    ckpt.save(tmp_path / "gathered", ckpt.TrainState(step=1), acc, model, opt, sched, ColumnSetPool(0.5),
+              load_config("tiny"))
+    assert (tmp_path / "gathered" / "checkpoint-1" / "optimizer.pt").exists()
     _step(model, opt, shift=5)
     for name, tensor in model.state_dict().items():
         assert torch.allclose(tensor, got["straight"][name], atol=1e-6), name
+    mp.start_processes(_gathered_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
+    for rank in range(2):
+        resumed = torch.load(tmp_path / f"gathered{rank}.pt")
+        for name, tensor in got["straight"].items():
+            assert torch.allclose(resumed[name], tensor, atol=1e-6), name
+
+
+def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world))
+    from accelerate import Accelerator
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from acesql_lib import checkpoint as ckpt
+
+    acc = Accelerator(cpu=True)
+    try:
+        model = _shard(_qwen3(), init_device_mesh("cpu", (world,)))
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
+        ckpt.load_latest(Path(folder) / "gathered", acc, model, opt, sched, gamma=0.5)
+        _step(model, opt, shift=5)
+        torch.save({k: v.full_tensor() for k, v in model.state_dict().items()}, f"{folder}/gathered{rank}.pt")
+    finally:
+        acc.end_training()
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def _reference_rank(rank: int, world: int, folder: str) -> None:
