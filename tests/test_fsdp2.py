@@ -110,6 +110,8 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
                     "lr": opt2.param_groups[0]["lr"], "local_rows": local.to_local().shape[0],
                     "full_rows": local.shape[0]}, f"{folder}/ckpt{rank}.pt")
     finally:
+        if dist.is_initialized():
+            dist.barrier()  # no rank tears the group down while the other still uses it (a gloo abort once)
         acc.end_training()
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -177,6 +179,8 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
         _step(model, opt, shift=5)
         torch.save({k: v.full_tensor() for k, v in model.state_dict().items()}, f"{folder}/gathered{rank}.pt")
     finally:
+        if dist.is_initialized():
+            dist.barrier()  # no rank tears the group down while the other still uses it (a gloo abort once)
         acc.end_training()
         if dist.is_initialized():
             dist.destroy_process_group()
