@@ -6,10 +6,31 @@ their code): see `table_ddl_authors` for the rules. `schema.Schema.to_ddl` calls
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from .schema import Column, Table
+
+class Column(Protocol):
+    """What the authors' text reads of a column (`schema.Column` has it)."""
+    name: str
+    type: str
+    description: str
+    examples: list
+    source_type: str
+
+
+class ForeignKey(Protocol):
+    column: str
+    ref_table: str
+    ref_column: str
+
+
+class Table(Protocol):
+    """What the authors' text reads of a table (`schema.Table` has it); declared here so that this
+    module needs nothing of `schema`, which imports it."""
+    name: str
+    columns: Sequence[Column]
+    primary_key: Sequence[str]
+    foreign_keys: Sequence[ForeignKey]
 
 # The authors' schema text quotes a name that is one of these words (any case) or holds a character
 # outside [A-Za-z0-9_] (read from their released prompts and prompt builder; MySQL/ANSI words, not
@@ -47,7 +68,7 @@ def merge_values(relevant: Iterable[Any], sampled: Iterable[Any], limit: int) ->
     return list(dict.fromkeys([*relevant, *sampled]))[:limit]
 
 
-def examples_of(table: "Table", col: "Column", relevant: dict[str, list], limit: int,
+def examples_of(table: Table, col: Column, relevant: dict[str, list], limit: int,
                 always_merge: bool = False) -> list:
     """The example list of one column. The authors always merge (so two samples that are equal once
     cut to 40 characters show once); the kit style keeps its samples as read unless relevant
@@ -62,7 +83,7 @@ def _authors_comment_hidden(name: str, comment: str) -> bool:
     return comment.strip() == "" or name.lower() in (c, c.replace(" ", "_"), c.replace(" ", ""))
 
 
-def table_ddl_authors(table: "Table", keep: set[str] | None, relevant: dict[str, list] | None = None,
+def table_ddl_authors(table: Table, keep: set[str] | None, relevant: dict[str, list] | None = None,
                        limit: int = 6) -> str:
     """One CREATE TABLE in the authors' text (their released prompts are the reference):
 

@@ -19,7 +19,6 @@ from typing import Any, Literal
 import yaml
 
 from .prompts import PROMPT_STYLES
-from .reuse_keys import code_hash, settings_hash  # noqa: F401  (re-exported: tinybase imports them from here)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "configs"

@@ -12,7 +12,6 @@ The download helpers are for users with internet (§7); they never run in tests,
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -23,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .jsonfiles import DatasetError, db_id_problem, read_json_list  # the one reader of JSON inputs
+
 log = logging.getLogger(__name__)
 
 SYNSQL_REPO = "seeklhy/SynSQL-2.5M"  # OmniSQL's release on the hub (§7)
@@ -30,10 +31,6 @@ ACESQL_REPO = "xiaobing11/ACE-SQL"  # the authors' SFT/RL/pool data (§7)
 BIRD_DEV_URL = "https://bird-bench.oss-cn-beijing.aliyuncs.com/dev.zip"
 # spider_data.zip, the archive linked from the Spider site (hub copies hold the questions only, no databases)
 SPIDER_URL = "https://drive.usercontent.google.com/download?id=1403EGqzIDoHMdQF4c9Bkyl7dZLZ5Wt6J&export=download&confirm=t"
-
-
-class DatasetError(ValueError):
-    """A questions file that cannot be used at all; the message names the file."""
 
 
 class OfflineError(RuntimeError):
@@ -80,83 +77,6 @@ _SPIDER = {"db_id": (True, _STR), "question": (True, _STR), "query": (True, _STR
 _SYNSQL = {"id": (False, _ID), "db_id": (True, _STR), "question": (True, _STR), "sql": (True, _STR),
            "sql_complexity": (False, _STR), "question_style": (False, _STR), "external_knowledge": (False, _STR),
            "cot": (False, _STR)}
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
-    """json's object_pairs_hook: an object that names one key twice is an error, not "last one wins"."""
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise _DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-class _DuplicateKey(ValueError):
-    pass
-
-
-def parse_json_text(text: str, path: str | Path, strict_keys: bool = False) -> Any:
-    """`json.loads(text)` whose every error is a DatasetError naming `path`: invalid JSON (line and
-    column), nesting too deep for the parser (a file of 200,000 `[`: RecursionError inside json) and,
-    with `strict_keys`, an object naming one key twice."""
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys if strict_keys else None)
-    except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: not valid JSON: {e}") from None
-    except RecursionError:
-        raise DatasetError(f"{path}: JSON nested too deeply to read (more levels of [ or {{ than the parser "
-                           "allows); not a questions, tables or predictions file") from None
-    except _DuplicateKey as e:
-        raise DatasetError(f"{path}: the key {e.args[0]!r} appears twice in one JSON object; each key must "
-                           "appear once (a JSON reader would silently keep only the last)") from None
-
-
-def read_json_file(path: str | Path, what: str = "questions file", strict_keys: bool = False) -> Any:
-    """The JSON value in `path`, read as UTF-8 (a leading BOM is read and dropped); every error names
-    the file: missing, invalid UTF-8 (with the byte offset), invalid JSON (with line and column),
-    nesting too deep to parse, and (`strict_keys`) a key twice in one object."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} not found: {path}")
-    raw = path.read_bytes()
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DatasetError(f"{path}: not valid UTF-8 at byte {e.start} ({e.reason}: {raw[e.start:e.start + 4]!r}); "
-                           "re-save the file as UTF-8") from None
-    return parse_json_text(text, path, strict_keys)
-
-
-def read_json_list(path: str | Path, what: str = "questions file") -> list:
-    """The JSON list in `path`; errors name the file (see read_json_file)."""
-    data = read_json_file(path, what)
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list of records, got {type(data).__name__}")
-    return data
-
-
-MAX_DB_ID_BYTES = 240  # "<db_id>.sqlite" must fit one file name (255 bytes on common file systems)
-
-
-def db_id_problem(db_id: object) -> str | None:
-    """Why `db_id` is not a plain database name (None when it is): the kit opens
-    `<db_root>/<db_id>/<db_id>.sqlite`, so a db_id must name one folder inside db_root: a non-empty
-    string of at most MAX_DB_ID_BYTES UTF-8 bytes, without path separators, NUL or control
-    characters, not "." or "..", not absolute and without surrounding spaces."""
-    if not isinstance(db_id, str) or isinstance(db_id, bool):
-        return f"db_id must be a string, got {type(db_id).__name__}"
-    if not db_id.strip():
-        return "db_id is empty"
-    if db_id != db_id.strip():
-        return f"db_id {db_id[:60]!r} has leading or trailing spaces"
-    if len(db_id.encode("utf-8", "surrogatepass")) > MAX_DB_ID_BYTES:
-        return f"db_id is {len(db_id)} characters long (at most {MAX_DB_ID_BYTES} UTF-8 bytes: it names a file)"
-    if any(c in "/\\" + os.sep for c in db_id) or any(ord(c) < 32 or ord(c) == 127 for c in db_id):
-        return f"db_id {db_id[:60]!r} contains a path separator or a control character (a plain name is required)"
-    if db_id in (".", "..") or Path(db_id).is_absolute() or Path(db_id).drive:
-        return f"db_id {db_id!r} is not a plain folder name inside db_root"
-    return None
 
 
 def db_path_for(db_root: str | Path, db_id: str) -> Path:

@@ -281,7 +281,8 @@ def _origin(folder: Path) -> str:
 
 
 def check_eval_sets(cfg: Config) -> tuple[list[Row], dict[str, int]]:
-    from .datasets import EVAL_DOWNLOADS, read_json_list
+    from .datasets import EVAL_DOWNLOADS
+    from .jsonfiles import read_json_list
 
     rows, sizes = [], {}
     for s in cfg.eval.sets:
@@ -335,7 +336,7 @@ def check_training_data(cfg: Config) -> list[Row]:
         status = OK if n_folders else MISSING
         return [Row("data", "SynSQL-2.5M", status, f"data.json {size / GIB:.1f} GiB (not parsed to count); "
                     f"{n_folders} database folders under {dbs}; {_origin(root)}")]
-    from .datasets import read_json_list
+    from .jsonfiles import read_json_list
 
     records = read_json_list(data)
     n_db, missing = _db_check(records, dbs)

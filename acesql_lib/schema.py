@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .authors_schema import examples_of, table_ddl_authors
+from .jsonfiles import DatasetError, db_id_problem, read_json_list  # one reader for every JSON input
 
 # SQLite's keyword list (sqlite.org/lang_keywords.html); such names are quoted in the DDL.
 SQLITE_KEYWORDS = frozenset("""
@@ -430,8 +430,6 @@ def tables_json_schemas(path: str | Path) -> dict[str, "Schema"]:
 
 def load_tables_json(path: str | Path) -> dict[str, Schema]:
     """Every entry of a Spider/BIRD tables.json file, keyed by db_id."""
-    from .datasets import DatasetError, db_id_problem, read_json_list  # one reader for every JSON input
-
     path = Path(path)
     entries = read_json_list(path, "tables.json")
     schemas: dict[str, Schema] = {}

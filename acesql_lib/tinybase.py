@@ -50,11 +50,12 @@ from typing import Any
 
 import torch
 
-from .config import Config, code_hash, settings_hash
+from .config import Config
 from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
 from .prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
+from .reuse_keys import code_hash, settings_hash
 from .sft import train_sft
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
@@ -62,9 +63,9 @@ from .tinyworld import TinyWorld
 MANIFEST = "tiny_base_manifest.json"
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
-# data loading, schema text); their code hash is part of the reuse key (`base_settings`). With
+# data loading and its JSON reader, schema text); their code hash is part of the reuse key (`base_settings`). With
 # `model.tiny_base_holdout_stage1`, filtering chooses the questions left out, so its code counts too.
-BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "schema")
+BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "jsonfiles", "schema")
 HOLDOUT_MODULES = ("filtering",)
 
 

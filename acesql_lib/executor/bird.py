@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..datasets import DatasetError, db_id_problem, read_json_file
+from ..jsonfiles import DatasetError, db_id_problem, parse_json_text, read_json_file
 from .batch import Score, score_batch
 from .compare import MODES
 from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES
@@ -167,8 +167,6 @@ def _read_difficulties(path: str | Path) -> list:
             lines = Path(path).read_text(encoding="utf-8-sig").splitlines()
         except FileNotFoundError:
             raise FileNotFoundError(f"file not found: {path}") from None
-        from ..datasets import parse_json_text
-
         return [parse_json_text(line, f"{path}: line {n}") for n, line in enumerate(lines, 1) if line.strip()]
     return read_json_file(path, "difficulty file")
 
