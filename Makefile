@@ -50,7 +50,7 @@ reproduce: $(STAMP) $(if $(filter vllm,$(ENGINE)),vllm-venv,)
 	$(REPRO_PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),) \
 	  $(if $(ENGINE),--set engine.kind=$(ENGINE),)
 
-# The profile's tiny base model built from scratch and written to its model.tiny_base_prebuilt folder
+# The profile's tiny base model built from scratch and written to its model.tiny.prebuilt folder
 # (tiny: data/tiny_base/, ~11 min on 2 cores; rehearsal: data/rehearsal_base/, ~3 min), the copy
 # `make reproduce` uses while it matches the code (acesql_lib/tinybase.py); commit it with the change.
 ship-base: $(STAMP)

@@ -2,21 +2,25 @@
 
 Defaults are the paper's values (section of ../spec noted as "§" beside each field); where the
 paper is silent the field says UNKNOWN and names the kit's choice. Profiles in `configs/*.yaml`
-override these defaults with the same keys; an unknown key or a value of the wrong type raises a
-`ConfigError` that names the key and the file.
+override these defaults with the same keys. Every field's type says what it accepts: a choice is a
+`Literal`, a bound is pydantic's `Field` constraint (`PositiveInt`, `Share`, ...), and pydantic checks
+each value against its type in strict mode (nothing coerced but an int for a float) whenever a section
+is built, from a profile or in code; the few rules that tie two settings together stay in the section's
+`__post_init__`. An unknown key, a value of the wrong type or out of bounds raises a `ConfigError` that
+names the key, the value, what is allowed, and the file.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import re
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 
 from .prompts import PROMPT_STYLES
 
@@ -59,6 +63,13 @@ TRACKERS = typing.get_args(Tracker)
 RL_SELECTIONS = typing.get_args(RLSelection)
 POOL_INITS = typing.get_args(PoolInit)
 
+# Bounds, declared in the field's type (pydantic's PositiveInt / NonNegativeInt / PositiveFloat / NonNegativeFloat
+# and these shares).
+Share = Annotated[float, Field(ge=0, le=1)]  # [0, 1]
+OpenShare = Annotated[float, Field(gt=0, le=1)]  # (0, 1]
+Ratio = Annotated[float, Field(ge=0, lt=1)]  # [0, 1)
+ThinkFiller = Annotated[int, Field(ge=0, le=6)]  # filler sentences after the think sentence (tinybase.THINK_FILLER)
+
 
 class ConfigError(ValueError):
     """A profile or override that cannot be used; the message names the key and the source."""
@@ -69,32 +80,55 @@ def _check(ok: bool, name: str, msg: str) -> None:
         raise ConfigError(f"{name}: {msg}")
 
 
+def _is_section(tp: Any) -> bool:
+    """A field type that holds config sections (a dataclass class, or a list of them): they validate themselves."""
+    return (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or any(_is_section(a) for a in typing.get_args(tp))
+
+
+_BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+
+
+def _bounds(hint: Any) -> str:
+    """The bounds a field's type declares ("> 0 and <= 1"), from its annotated_types metadata."""
+    found = []
+    for meta in getattr(hint, "__metadata__", ()):
+        for m in getattr(meta, "metadata", [meta]):  # a pydantic Field(...) holds its bounds in .metadata
+            found += [f"{sign} {getattr(m, k)}" for k, sign in _BOUNDS.items() if hasattr(m, k)]
+    return " and ".join(found)
+
+
 @functools.cache
-def _choice_adapters(cls: type) -> dict[str, Any]:
-    """A pydantic validator for each field of `cls` whose type holds a Literal (a choice, or a list or mapping
-    of choices)."""
+def _field_adapters(cls: type) -> dict[str, tuple[Any, str]]:
+    """For each field of `cls` that holds a value (not a section): a pydantic validator of its type (its
+    Literal choices, its Field bounds) and its bounds in words."""
     from pydantic import TypeAdapter
 
-    def has_literal(tp: Any) -> bool:
-        return typing.get_origin(tp) is Literal or any(has_literal(a) for a in typing.get_args(tp))
+    hints, plain = typing.get_type_hints(cls, include_extras=True), typing.get_type_hints(cls)
+    return {f.name: (TypeAdapter(hints[f.name]), _bounds(hints[f.name]))
+            for f in dataclasses.fields(cls) if not _is_section(plain[f.name])}
 
-    return {name: TypeAdapter(tp) for name, tp in typing.get_type_hints(cls).items() if has_literal(tp)}
 
-
-def _check_choices(obj: Any, section: str) -> None:
-    """Every choice of a config section among its allowed values (pydantic, strict: no coercion); the error
-    names the key, the value and the allowed values."""
+def _validate_fields(obj: Any, section: str) -> None:
+    """Every value of a config section against its field's type (pydantic, strict: nothing is coerced, an int
+    is read as a float); the validated value replaces the given one (1 -> 1.0). The error names the key, the
+    value and what is allowed."""
     from pydantic import ValidationError
 
-    for name, adapter in _choice_adapters(type(obj)).items():
+    for name, (adapter, bounds) in _field_adapters(type(obj)).items():
         value = getattr(obj, name)
         try:
-            adapter.validate_python(value, strict=True)
+            setattr(obj, name, adapter.validate_python(value, strict=True))
         except ValidationError as e:
             err = e.errors()[0]
             where = "".join(f"[{p!r}]" for p in err["loc"] if p != "[key]")  # a list index or a mapping key
-            allowed = err.get("ctx", {}).get("expected") or err["msg"]
-            raise ConfigError(f"{section}.{name}{where}: {err['input']!r} is not allowed (allowed: {allowed})") from None
+            if err["type"] == "literal_error":
+                problem = f"is not allowed (allowed: {err['ctx']['expected']})"
+            elif err["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+                ctx = err.get("ctx", {})  # a bound inside a list or mapping: the one it broke
+                problem = f"is out of bounds (must be {bounds or ' and '.join(f'{_BOUNDS[k]} {ctx[k]}' for k in ctx)})"
+            else:
+                problem = err["msg"].replace("Input should be", "is not")
+            raise ConfigError(f"{section}.{name}{where}: {err['input']!r} {problem}") from None
 
 
 @dataclass
@@ -109,31 +143,24 @@ class DataConfig:
     spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic: spider-realistic.json; Spider's databases (§7)
     layouts_from: LayoutsFrom = ""  # "" = the downloaded releases (paper); "tinyworld" = write every layout above from the tiny world (rehearsal)
     layouts_real_spider_dk: str = ""  # with layouts_from: a real Spider-DK folder (Spider-DK.json, tables.json, database/) merged into the Spider-DK layout
-    max_train_examples: int = 0  # 0 = all; a cap for quick runs
-    n_example_values: int = 2  # §2: up to 2 sampled distinct non-null values per column
-    example_max_chars: int = 40  # §2: example strings cut to 40 characters
+    max_train_examples: NonNegativeInt = 0  # 0 = all; a cap for quick runs
+    n_example_values: NonNegativeInt = 2  # §2: up to 2 sampled distinct non-null values per column
+    example_max_chars: PositiveInt = 40  # §2: example strings cut to 40 characters
     schema_style: SchemaStyle = "authors"  # §2, authors' code: their schema text byte for byte; "kit" = the kit's own DDL format
     relevant_values: bool = True  # §2: question-relevant values (BM25 over every string value, after OmniSQL) first in example:
-    max_example_values: int = 6  # §2: relevant + sampled values shown per column, at most
-    values_top_k: int = 10  # authors' code (OmniSQL): BM25 hits kept per query (question n-grams up to 8 words + the question)
-    values_min_match: float = 0.85  # authors' code: a hit is kept when > this share of it occurs in the question
-    values_max_hits: int = 20  # authors' code: best-matching values kept per question (all columns together)
-    tiny_n_train: int = 3000  # tiny world: SynSQL-format training questions
-    tiny_n_dev: int = 300  # tiny world: BIRD-format dev questions (8 databases, 2 never trained on)
-    tiny_n_dev_id: int = 0  # tiny world: in-distribution dev questions (training databases, new values); 0 = none
+    max_example_values: PositiveInt = 6  # §2: relevant + sampled values shown per column, at most
+    values_top_k: PositiveInt = 10  # authors' code (OmniSQL): BM25 hits kept per query (question n-grams up to 8 words + the question)
+    values_min_match: Share = 0.85  # authors' code: a hit is kept when > this share of it occurs in the question
+    values_max_hits: PositiveInt = 20  # authors' code: best-matching values kept per question (all columns together)
+    tiny_n_train: NonNegativeInt = 3000  # tiny world: SynSQL-format training questions
+    tiny_n_dev: NonNegativeInt = 300  # tiny world: BIRD-format dev questions (8 databases, 2 never trained on)
+    tiny_n_dev_id: NonNegativeInt = 0  # tiny world: in-distribution dev questions (training databases, new values); 0 = none
     tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
     stage1_source: Stage1Source = "ours"  # "ours": stage 1 (§3) run by the kit; "authors": their released SFT/RL rows and pool (§7)
     authors_release_dir: str = "data/acesql_release"  # the downloaded release (datasets.download_acesql_release)
 
     def __post_init__(self) -> None:
-        _check_choices(self, "data")
-        _check(self.n_example_values >= 0, "data.n_example_values", "must be >= 0")
-        _check(self.example_max_chars > 0, "data.example_max_chars", "must be > 0")
-        _check(self.max_example_values > 0, "data.max_example_values", "must be > 0")
-        _check(self.tiny_n_dev_id >= 0, "data.tiny_n_dev_id", "must be >= 0")
-        _check(self.values_top_k > 0 and self.values_max_hits > 0, "data.values_top_k", "values_top_k and values_max_hits must be > 0")
-        _check(0 <= self.values_min_match <= 1, "data.values_min_match", "must be in [0, 1]")
-        _check(self.max_train_examples >= 0, "data.max_train_examples", "must be >= 0 (0 = all)")
+        _validate_fields(self, "data")
         _check(self.stage1_source == "ours" or self.world == "synsql", "data.stage1_source",
                "'authors' needs data.world 'synsql' (their questions are on SynSQL databases)")
 
@@ -141,24 +168,56 @@ class DataConfig:
 @dataclass
 class FilteringConfig:
     # §3.1: "by complexity and schema diversity"; every threshold is UNKNOWN in the paper.
-    complexity_mix: dict[Complexity, float] = field(default_factory=lambda: {
+    complexity_mix: dict[Complexity, NonNegativeFloat] = field(default_factory=lambda: {
         "Simple": 0.2, "Moderate": 0.3, "Complex": 0.3, "Highly Complex": 0.2})  # UNKNOWN: target share per SynSQL level
-    per_db_cap: int = 50  # UNKNOWN: at most this many questions per database (schema diversity)
-    min_tables: int = 2  # UNKNOWN: databases with fewer tables are dropped
-    min_columns: int = 6  # UNKNOWN: databases with fewer columns are dropped
+    per_db_cap: PositiveInt = 50  # UNKNOWN: at most this many questions per database (schema diversity)
+    min_tables: NonNegativeInt = 2  # UNKNOWN: databases with fewer tables are dropped
+    min_columns: NonNegativeInt = 6  # UNKNOWN: databases with fewer columns are dropped
     dedup_questions: bool = True  # drop repeated questions (case/space-normalised)
     dedup_sql: bool = True  # drop repeated normalised gold SQL
     require_execution: bool = True  # gold SQL must parse, resolve to a column set and execute
     drop_empty_results: bool = True  # UNKNOWN: gold SQL returning no rows is dropped (an empty result matches too easily to teach)
-    target_size: int = 20000  # UNKNOWN: questions kept for distillation (paper keeps 7,092 SFT pairs after it)
-    exec_timeout_s: float = 30.0  # §4 step 4 timeout, reused for gold checks
+    target_size: PositiveInt = 20000  # UNKNOWN: questions kept for distillation (paper keeps 7,092 SFT pairs after it)
+    exec_timeout_s: PositiveFloat = 30.0  # §4 step 4 timeout, reused for gold checks
 
     def __post_init__(self) -> None:
-        _check_choices(self, "filtering")
-        _check(all(v >= 0 for v in self.complexity_mix.values()) and sum(self.complexity_mix.values()) > 0,
-               "filtering.complexity_mix", "shares must be >= 0 and not all 0")
-        _check(self.per_db_cap > 0, "filtering.per_db_cap", "must be > 0")
-        _check(self.target_size > 0, "filtering.target_size", "must be > 0")
+        _validate_fields(self, "filtering")
+        _check(sum(self.complexity_mix.values()) > 0, "filtering.complexity_mix", "shares must not all be 0")
+
+
+@dataclass
+class TinyBaseConfig:
+    """The tiny profiles' own base model (`model.build_tiny`): a small Qwen3 architecture and the SFT on gold
+    outputs that trains it from scratch (tinybase.py). Every field but `prebuilt` is in the base's reuse key."""
+
+    vocab_size: PositiveInt = 1024  # small enough for the training text that every token occurs in it whole
+    hidden_size: PositiveInt = 256
+    num_layers: PositiveInt = 4
+    num_heads: PositiveInt = 4
+    num_kv_heads: PositiveInt = 2
+    intermediate_size: PositiveInt = 512
+    max_position: PositiveInt = 2048
+    steps: PositiveInt = 150  # SFT steps on gold outputs that build the base (by steps, not wall time)
+    batch_size: PositiveInt = 32
+    lr: PositiveFloat = 3e-3
+    value_swap: Share = 0.0  # share of questions whose values are made up (forces copying over memorising)
+    scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
+    warmup_ratio: Ratio = 0.05
+    group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
+    length_split: PositiveInt = 4  # forward passes per batch, rows sorted by length (same loss; CPU speed)
+    completion_head: bool = True  # LM head on completion positions only (same loss; CPU speed)
+    compile: bool = False  # torch.compile the decoder (same loss to 1e-6; CPU speed)
+    full_loss: bool = False  # True: the base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
+    think_extra: ThinkFiller = 0  # up to this many filler sentences after a target's think sentence (0..6, uniform per sample); 0 = one sentence
+    holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
+    # A base model the kit ships, used instead of a build when it was built from these settings and this code
+    # (tinybase.prebuilt_matches), as the paper profile downloads Qwen3-8B; "" always builds. Not in the reuse key.
+    prebuilt: str = ""
+
+    def __post_init__(self) -> None:
+        _validate_fields(self, "model.tiny")
+        _check(self.hidden_size % self.num_heads == 0, "model.tiny.hidden_size", "must be divisible by model.tiny.num_heads")
+        _check(self.num_heads % self.num_kv_heads == 0, "model.tiny.num_kv_heads", "must divide model.tiny.num_heads")
 
 
 @dataclass
@@ -171,9 +230,9 @@ class ModelConfig:
     train_dtype: DType = "float32"
     device: Device = "auto"  # "auto", "cpu" or "cuda"
     lora: bool = False  # §3.3 full fine-tune; LoRA through PEFT is an option
-    lora_r: int = 64
+    lora_r: PositiveInt = 64
     lora_alpha: int = 128
-    lora_dropout: float = 0.05
+    lora_dropout: Ratio = 0.05
     # The tiny profile builds its own base model offline (a Qwen3 architecture trained from scratch).
     build_tiny: bool = False
     # §2 prompt texts (prompts.PROMPT_STYLES): "authors" = the authors' prompts byte for byte, their training templates
@@ -181,51 +240,23 @@ class ModelConfig:
     # EVAL/prompts/retriever_prompt.txt) for evaluation; "paper" = the kit's own wording; "tiny" shortens the kit's
     # instructions for CPU sequences
     prompt_style: PromptStyle = "authors"
-    tiny_vocab_size: int = 1024  # small enough for the training text that every token occurs in it whole
-    tiny_hidden_size: int = 256
-    tiny_num_layers: int = 4
-    tiny_num_heads: int = 4
-    tiny_num_kv_heads: int = 2
-    tiny_intermediate_size: int = 512
-    tiny_max_position: int = 2048
-    tiny_base_steps: int = 150  # SFT steps on gold outputs that make the tiny "base" model (by steps, not wall time)
-    tiny_base_batch_size: int = 32
-    tiny_base_lr: float = 3e-3
-    tiny_base_value_swap: float = 0.0  # share of questions whose values are made up (forces copying over memorising)
-    tiny_base_scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
-    tiny_base_warmup_ratio: float = 0.05
-    tiny_base_group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
-    tiny_base_length_split: int = 4  # base build: forward passes per batch, rows sorted by length (same loss; CPU speed)
-    tiny_base_completion_head: bool = True  # base build: LM head on completion positions only (same loss; CPU speed)
-    tiny_base_compile: bool = False  # base build: torch.compile the decoder (same loss to 1e-6; CPU speed)
-    tiny_base_full_loss: bool = False  # True: the tiny base also learns the prompts' text (measured worse: prompt tokens swamp the loss)
-    tiny_base_think_extra: int = 0  # up to this many filler sentences after a target's think sentence (0..6, uniform per sample); 0 = one sentence
-    tiny_base_holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
-    # A base model the kit ships, used instead of a build when it was built from these settings and this code
-    # (tinybase.prebuilt_matches), as the paper profile downloads Qwen3-8B; "" always builds. Not in the reuse key.
-    tiny_base_prebuilt: str = ""
+    tiny: TinyBaseConfig = field(default_factory=TinyBaseConfig)  # the tiny profiles' own base model
 
     def __post_init__(self) -> None:
-        _check_choices(self, "model")
-        _check(self.tiny_hidden_size % self.tiny_num_heads == 0, "model.tiny_hidden_size",
-               "must be divisible by model.tiny_num_heads")
-        _check(self.tiny_num_heads % self.tiny_num_kv_heads == 0, "model.tiny_num_kv_heads",
-               "must divide model.tiny_num_heads")
-        _check(0 <= self.tiny_base_think_extra <= 6, "model.tiny_base_think_extra",
-               f"must be 0..6 filler sentences (tinybase.THINK_FILLER), got {self.tiny_base_think_extra}")
+        _validate_fields(self, "model")
 
 
 @dataclass
 class EngineConfig:
     kind: EngineKind = "vllm"  # §4.11 vLLM rollouts; "hf" uses transformers generate; "auto" = vllm when importable, else hf
-    gpu_memory_utilization: float = 0.4  # colocated with training
-    tensor_parallel_size: int = 1
+    gpu_memory_utilization: OpenShare = 0.4  # colocated with training
+    tensor_parallel_size: PositiveInt = 1
     enable_thinking: bool = True  # §2: thinking on
-    max_model_len: int = 6144  # prompt 4096 + response 2048 (§4.11)
-    hf_batch_size: int = 64  # sequences per HF generate call when sampling (each batch draws on from the last)
+    max_model_len: PositiveInt = 6144  # prompt 4096 + response 2048 (§4.11)
+    hf_batch_size: PositiveInt = 64  # sequences per HF generate call when sampling (each batch draws on from the last)
     # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching (the tiny
     # run's 400 evaluation questions: every prediction the same at 64 and 200, 1.39x faster; benchmarks/README.md)
-    hf_greedy_batch_size: int = 64
+    hf_greedy_batch_size: PositiveInt = 64
     # HF generate's KV cache: "static" (preallocated, no copy per token), "dynamic" (transformers' default),
     # "auto" = static for greedy decoding on CPU, where it is faster (benchmarks/hf_generate_speed.py), else dynamic
     hf_cache: HFCache = "auto"
@@ -235,95 +266,84 @@ class EngineConfig:
     hf_sort_by_length: bool = False
 
     def __post_init__(self) -> None:
-        _check_choices(self, "engine")
-        _check(self.hf_batch_size >= 1, "engine.hf_batch_size", f"must be >= 1, got {self.hf_batch_size}")
-        _check(self.hf_greedy_batch_size >= 1, "engine.hf_greedy_batch_size",
-               f"must be >= 1, got {self.hf_greedy_batch_size}")
-        _check(0 < self.gpu_memory_utilization <= 1, "engine.gpu_memory_utilization", "must be in (0, 1]")
+        _validate_fields(self, "engine")
 
 
 
 
 @dataclass
 class DistillConfig:
-    n_retriever: int = 8  # UNKNOWN (§3.2): retriever samples per question; kit uses the RL value
-    n_generator: int = 16  # UNKNOWN (§3.2): generator samples; the pool denominator of 16 suggests 16
-    vote_threshold: float = 0.5  # §4 step 2 majority vote
-    temperature: float = 1.0  # UNKNOWN (§3.2): kit uses the RL rollout temperature
-    top_p: float = 1.0
-    max_new_tokens: int = 2048  # §4.11 max response per role
+    n_retriever: PositiveInt = 8  # UNKNOWN (§3.2): retriever samples per question; kit uses the RL value
+    n_generator: PositiveInt = 16  # UNKNOWN (§3.2): generator samples; the pool denominator of 16 suggests 16
+    vote_threshold: OpenShare = 0.5  # §4 step 2 majority vote
+    temperature: NonNegativeFloat = 1.0  # UNKNOWN (§3.2): kit uses the RL rollout temperature
+    top_p: OpenShare = 1.0
+    max_new_tokens: PositiveInt = 2048  # §4.11 max response per role
     trace_choice: TraceChoice = "shortest"  # UNKNOWN (§3.2): one correct trace per question: shortest, first or random
-    rl_min_correct: int = 2  # §3.4: RL questions correct 2..14 times out of 16
-    rl_max_correct: int = 14
-    n_validation: int = 40  # §3.4: held-out validation pairs (at most half of the eligible questions)
-    n_rl_train: int = 2913  # §3.4: RL training pairs (cap)
+    rl_min_correct: NonNegativeInt = 2  # §3.4: RL questions correct 2..14 times out of 16
+    rl_max_correct: NonNegativeInt = 14
+    n_validation: NonNegativeInt = 40  # §3.4: held-out validation pairs (at most half of the eligible questions)
+    n_rl_train: NonNegativeInt = 2913  # §3.4: RL training pairs (cap)
     # §3.4 "whose SFT rollouts were correct 2..14 times": "stage1" counts the self-distillation rollouts, as the
     # authors' release does (their RL rows and pool share stage 1's counts); "sft_model" rolls the SFT model out
     # again on `rl_candidates` filtered training questions and counts those (`distill.select_by_model`)
     rl_selection: RLSelection = "stage1"
-    rl_candidates: int = 0  # rl_selection "sft_model": questions the SFT model rolls out; 0: the distilled ones
+    rl_candidates: NonNegativeInt = 0  # rl_selection "sft_model": questions the SFT model rolls out; 0: the distilled ones
     sft_excludes_validation: bool = True  # UNKNOWN (§3.4 "held-out"): keep the validation pairs out of the SFT data
-    shard_size: int = 256  # questions per distillation shard; a killed run loses at most one
-    exec_timeout_s: float = 30.0
+    shard_size: PositiveInt = 256  # questions per distillation shard; a killed run loses at most one
+    exec_timeout_s: PositiveFloat = 30.0
     compare_mode: CompareMode = "multiset"  # §4 step 4: training match is a multiset, floats rounded to 6 places
 
     def __post_init__(self) -> None:
-        _check_choices(self, "distill")
-        _check(self.n_retriever > 0 and self.n_generator > 0, "distill.n_retriever/n_generator", "must be > 0")
-        _check(0 < self.vote_threshold <= 1, "distill.vote_threshold", "must be in (0, 1]")
+        _validate_fields(self, "distill")
         _check(0 <= self.rl_min_correct <= self.rl_max_correct <= self.n_generator, "distill.rl_min_correct",
                "need 0 <= rl_min_correct <= rl_max_correct <= n_generator")
-        _check(self.rl_candidates >= 0, "distill.rl_candidates", "must be >= 0 (0: the distilled questions)")
 
 
 @dataclass
 class SFTConfig:
-    learning_rate: float = 2e-5  # §3.3
+    learning_rate: PositiveFloat = 2e-5  # §3.3
     lr_scheduler_type: str = "cosine"  # §3.3
-    warmup_ratio: float = 0.05  # §3.3
-    per_device_batch_size: int = 4
-    gradient_accumulation_steps: int = 4  # effective batch 64 on 4 GPUs (§3.3)
-    num_epochs: float = 2.0  # §3.3
-    max_length: int = 4096  # §3.3 cutoff
+    warmup_ratio: Ratio = 0.05  # §3.3
+    per_device_batch_size: PositiveInt = 4
+    gradient_accumulation_steps: PositiveInt = 4  # effective batch 64 on 4 GPUs (§3.3)
+    num_epochs: PositiveFloat = 2.0  # §3.3
+    max_length: PositiveInt = 4096  # §3.3 cutoff
     bf16: bool = True  # §3.3
     gradient_checkpointing: bool = True
     max_steps: int = -1  # -1 = derived from epochs
-    logging_steps: int = 10
+    logging_steps: PositiveInt = 10
     report_to: Tracker = "none"  # experiment tracker for the SFT runs: none, tensorboard, wandb or trackio (kit's option)
-    length_split: int = 1  # forward passes per batch, rows sorted by length (same loss, less padding; CPU speed)
+    length_split: PositiveInt = 1  # forward passes per batch, rows sorted by length (same loss, less padding; CPU speed)
     completion_head: bool = False  # LM head on completion positions only (same loss, ~1/6 of the head's work; CPU speed)
-    save_steps: int = 500
+    save_steps: PositiveInt = 500
     accelerate_config: str = "configs/accelerate/zero3.yaml"  # §3.3 DeepSpeed ZeRO-3, 4 x A100
 
     def __post_init__(self) -> None:
-        _check_choices(self, "sft")
-        _check(self.learning_rate > 0, "sft.learning_rate", "must be > 0")
-        _check(0 <= self.warmup_ratio < 1, "sft.warmup_ratio", "must be in [0, 1)")
-        _check(self.per_device_batch_size > 0, "sft.per_device_batch_size", "must be > 0")
-        _check(self.length_split >= 1, "sft.length_split", "must be >= 1 (1 = the whole batch in one pass)")
+        _validate_fields(self, "sft")
 
 
 
 
 @dataclass
 class GRPOConfig:
-    batch_questions: int = 16  # §4: B = 16 questions per step
-    n_retriever: int = 8  # §4 step 1
-    n_generator: int = 8  # §4 step 3
-    temperature: float = 1.0  # §4 step 1
-    top_p: float = 1.0
+    batch_questions: PositiveInt = 16  # §4: B = 16 questions per step
+    n_retriever: PositiveInt = 8  # §4 step 1
+    n_generator: PositiveInt = 8  # §4 step 3
+    temperature: NonNegativeFloat = 1.0  # §4 step 1
+    top_p: OpenShare = 1.0
     vote: Vote = "majority"  # §4 step 2; variants "union" and "per_retriever" (authors' code)
-    vote_threshold: float = 0.5  # §4 step 2: ceil(0.5 * N_ret)
-    exec_timeout_s: float = 30.0  # §4 step 4
+    vote_threshold: OpenShare = 0.5  # §4 step 2: ceil(0.5 * N_ret)
+    exec_timeout_s: PositiveFloat = 30.0  # §4 step 4
     compare_mode: CompareMode = "multiset"  # §4 step 4
-    gamma: float = 0.5  # §4 step 5 pool decay
+    gamma: OpenShare = 0.5  # §4 step 5 pool decay
     # §4 step 5; authors' released pool: SFT rollout counts plus the gold set at 0.5 when no rollout used it.
     # Also "sft_rollouts" (counts only), "union" (UNKNOWN reading), "static_gold" (ablation), "authors_file".
     pool_init: PoolInit = "sft_rollouts_plus_gold"
     authors_pool_file: str = ""  # pool_init "authors_file": their initial_pool.json; "" = the one in data.authors_release_dir
-    len_penalty_start: int = 512  # §4 step 6: p_len = 0.5 * clip((L - 512) / (2048 - 512), 0, 1)
+    len_penalty_start: NonNegativeInt = 512  # §4 step 6: p_len = 0.5 * clip((L - 512) / (2048 - 512), 0, 1)
     len_penalty_end: int = 2048
-    len_penalty_max: float = 0.5
+    len_penalty_max: NonNegativeFloat = 0.5
     retriever_reward: RetrieverReward = "sparse"  # §4 step 6; "dense" = authors' dense formula (ablation), "dense_kit" = kit's coverage minus noise
     generator_truncation_gate: bool = False  # §4 step 6 silent; authors' joint_reward.py gates only the retriever on truncation; true = kit
     truncation: Truncation = "length"  # authors: response length >= max_response_tokens; "no_stop" = kit (no stop token)
@@ -332,46 +352,46 @@ class GRPOConfig:
     pool_add_gate: PoolAddGate = "format"  # §4 step 5 silent; authors: add a match only if it passes the format gate; "match" = kit
     bare_table_columns: BareTableColumns = "none"  # authors' extractor: SELECT count(*) FROM t adds no set; "anchor" = kit's PK rule
     sql_whitespace: SQLWhitespace = "collapse"  # authors' joint_reward.py: whitespace runs -> one space before execution; "keep" = as written
-    adv_eps: float = 1e-6  # §4 step 7
-    clip_eps: float = 0.2  # §4 step 8
+    adv_eps: NonNegativeFloat = 1e-6  # §4 step 7
+    clip_eps: PositiveFloat = 0.2  # §4 step 8
     dual_clip: float = 3.0  # §4 step 8
-    kl_coef: float = 0.001  # §4 step 8, k3 estimator
-    kl_clamp: float = 10.0  # authors (verl low_var_kl): log-ratio in [-20, 20], k3 clamped to [-10, 10]; 0 = unclamped (kit)
+    kl_coef: NonNegativeFloat = 0.001  # §4 step 8, k3 estimator
+    kl_clamp: NonNegativeFloat = 10.0  # authors (verl low_var_kl): log-ratio in [-20, 20], k3 clamped to [-10, 10]; 0 = unclamped (kit)
     reference_model: str = ""  # §4 step 8: "" = the frozen SFT checkpoint; a folder to use another reference
-    gen_schedule_ratio: float = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
+    gen_schedule_ratio: Share = 0.25  # §4 step 9: w_gen 0 -> 1 over the first 25% of steps; 0 disables
     # §4.11 silent on the rounding; authors (verl): warm-up int(5% x T) from lr 0, w_gen progress (s-1)/(T-1).
     # "kit": warm-up ceil(5% x T) from lr 1/W, w_gen (s-1)/(ratio x T)
     schedule: AuthorsOrKit = "authors"
     pcgrad: PCGradMode = "symmetric"  # §4 step 10; "generator_dominant", "norm_equalised" (authors'), "norm_mean" (kit), "none", "global"
-    pcgrad_eps: float = 1e-12  # authors' dp_actor.py: no projection onto a gradient with squared norm <= eps; 0 = kit
-    pcgrad_max_ratio: float = 0.3  # authors' norm_equalised: retriever gradient capped at 0.3 x generator norm
-    max_grad_norm: float = 1.0  # §4 step 10
-    learning_rate: float = 1e-6  # §4.11
-    warmup_ratio: float = 0.05  # §4.11
-    weight_decay: float = 0.0  # §4.11
-    epochs: int = 4  # §4.11: 4 epochs x 182 steps = 728
-    max_steps: int = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
-    max_prompt_tokens: int = 4096  # §4.11; authors: longer retriever prompts are dropped, generator prompts keep their last 4,096 tokens; 0 = no limit
-    max_response_tokens: int = 2048  # §4.11
+    pcgrad_eps: NonNegativeFloat = 1e-12  # authors' dp_actor.py: no projection onto a gradient with squared norm <= eps; 0 = kit
+    pcgrad_max_ratio: PositiveFloat = 0.3  # authors' norm_equalised: retriever gradient capped at 0.3 x generator norm
+    max_grad_norm: PositiveFloat = 1.0  # §4 step 10
+    learning_rate: PositiveFloat = 1e-6  # §4.11
+    warmup_ratio: Ratio = 0.05  # §4.11
+    weight_decay: NonNegativeFloat = 0.0  # §4.11
+    epochs: PositiveInt = 4  # §4.11: 4 epochs x 182 steps = 728
+    max_steps: NonNegativeInt = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
+    max_prompt_tokens: NonNegativeInt = 4096  # §4.11; authors: longer retriever prompts are dropped, generator prompts keep their last 4,096 tokens; 0 = no limit
+    max_response_tokens: PositiveInt = 2048  # §4.11
     # §4 step 8 "token-mean"; authors (verl dynamic batching, ppo_max_token_len_per_gpu 12,000): a token mean per
     # micro-batch of about `micro_batch_tokens` tokens, weighted by its share of sequences. "global_token_mean" (kit):
     # one token mean over the role's tokens on all ranks, in chunks of `micro_batch_size` sequences
     loss_agg: LossAgg = "micro_token_mean"
-    micro_batch_tokens: int = 12000  # prompt + completion tokens per micro-batch ("micro_token_mean")
-    micro_batch_size: int = 8  # sequences per forward/backward pass ("global_token_mean"; memory, not maths)
+    micro_batch_tokens: PositiveInt = 12000  # prompt + completion tokens per micro-batch ("micro_token_mean")
+    micro_batch_size: PositiveInt = 8  # sequences per forward/backward pass ("global_token_mean"; memory, not maths)
     bf16: bool = True  # authors: bf16 compute on the fp32 policy (accelerate mixed precision); GPU only, CPU runs fp32
     gradient_checkpointing: bool = True  # authors (RL/trainer/config/model/hf_model.yaml): layer activations recomputed
     # memory, not maths: the loss's fp32 log-softmax over the vocabulary taken this many completion positions at a
     # time and recomputed in the backward pass (0 = the whole micro-batch at once); the values are the same
-    logprob_chunk_tokens: int = 1024
-    val_every: int = 40  # §4.11
-    val_temperature: float = 0.8  # §4.11
+    logprob_chunk_tokens: NonNegativeInt = 1024
+    val_every: NonNegativeInt = 40  # §4.11
+    val_temperature: NonNegativeFloat = 0.8  # §4.11
     # §4.11 silent; authors (RL/trainer/validation_correct.py): validation runs the training rollout, 8 retriever
     # samples, the vote, 8 generator samples per question at val_temperature; EX is the share of matching samples
-    val_retriever_samples: int = 8
-    val_samples: int = 8  # generator samples per validation question
-    save_every: int = 80  # §4.11
-    keep_checkpoints: int = 3
+    val_retriever_samples: PositiveInt = 8
+    val_samples: PositiveInt = 8  # generator samples per validation question
+    save_every: NonNegativeInt = 80  # §4.11
+    keep_checkpoints: NonNegativeInt = 3
     report_to: Tracker = "none"  # tracker for metrics.jsonl's metrics: none, tensorboard, wandb or trackio (kit's option)
     seed: int = 0
     # question order: "authors" = verl's seeded torch sampler (RL/trainer/main_two_pass.py, data.seed 1 in
@@ -381,20 +401,8 @@ class GRPOConfig:
     accelerate_config: str = "configs/accelerate/fsdp.yaml"
 
     def __post_init__(self) -> None:
-        _check_choices(self, "grpo")
-        _check(self.kl_clamp >= 0, "grpo.kl_clamp", "must be >= 0 (0 = unclamped)")
-        _check(self.pcgrad_eps >= 0, "grpo.pcgrad_eps", "must be >= 0")
-        _check(self.pcgrad_max_ratio > 0, "grpo.pcgrad_max_ratio", "must be > 0")
-        _check(0 < self.gamma <= 1, "grpo.gamma", "must be in (0, 1]")
+        _validate_fields(self, "grpo")
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
-        _check(0 <= self.gen_schedule_ratio <= 1, "grpo.gen_schedule_ratio", "must be in [0, 1]")
-        _check(self.val_samples >= 1, "grpo.val_samples", "must be >= 1")
-        _check(self.val_retriever_samples >= 1, "grpo.val_retriever_samples", "must be >= 1")
-        _check(self.max_prompt_tokens >= 0, "grpo.max_prompt_tokens", "must be >= 0 (0 = no limit)")
-        _check(self.micro_batch_tokens >= 1, "grpo.micro_batch_tokens", "must be >= 1")
-        _check(self.logprob_chunk_tokens >= 0, "grpo.logprob_chunk_tokens", "must be >= 0 (0 = no chunks)")
-        _check(self.batch_questions > 0 and self.n_retriever > 0 and self.n_generator > 0, "grpo.batch_questions",
-               "batch and group sizes must be > 0")
 
 
 @dataclass
@@ -411,7 +419,7 @@ class EvalSet:
     relevant_values: bool = True
 
     def __post_init__(self) -> None:
-        _check_choices(self, f"eval.sets[{self.name}]")
+        _validate_fields(self, f"eval.sets[{self.name}]")
 
 
 @dataclass
@@ -432,17 +440,17 @@ class EvalConfig:
     ])  # §5: Table 1 (BIRD dev, Spider dev/test) and Table 3 (Spider-DK/Syn/Realistic)
     # §5 silent; the authors' evaluation scripts (EVAL/single_eval_maj.py, EVAL/spider_config.py): 8,192 new SQL
     # tokens, 4,096 retriever tokens, vLLM max_model_len 8,192 (training rollouts: 2,048 per role, 6,144)
-    max_new_tokens: int = 8192  # the generator (SQL) pass
-    retriever_max_new_tokens: int = 4096  # 0 = max_new_tokens
-    max_model_len: int = 8192  # the evaluation engine's context (prompt + output); engine.max_model_len is training's
-    exec_timeout_s: float = 30.0  # seconds per SQL: Spider-format sets, and BIRD-format sets under scoring "kit"
+    max_new_tokens: PositiveInt = 8192  # the generator (SQL) pass
+    retriever_max_new_tokens: NonNegativeInt = 4096  # 0 = max_new_tokens
+    max_model_len: PositiveInt = 8192  # the evaluation engine's context (prompt + output); engine.max_model_len is training's
+    exec_timeout_s: PositiveFloat = 30.0  # seconds per SQL: Spider-format sets, and BIRD-format sets under scoring "kit"
     # How BIRD-format sets are scored (executor/scoring.py): "authors" (paper: their EVAL/evaluation_maj.py; a
     # prediction without SQL runs as no rows and matches an empty gold result, invalid UTF-8 text scores 0,
     # 300 s per SQL), "bird_original" / "bird_minidev" (the BIRD releases' evaluators, 30 s), "kit" (no SQL
     # scores 0, invalid UTF-8 read as U+FFFD, exec_timeout_s; the tiny profile)
     scoring: Scoring = "authors"
-    max_examples: int = 0  # 0 = whole set
-    workers: int = 0  # executor processes; 0 = number of CPU cores
+    max_examples: NonNegativeInt = 0  # 0 = whole set
+    workers: NonNegativeInt = 0  # executor processes; 0 = number of CPU cores
     retriever_parser: AuthorsOrKit = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
     generator_parser: AuthorsOrKit = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
     ablation_sets: list[str] = field(default_factory=list)  # sets the ablation variants are evaluated on; [] = the first (§6: BIRD dev)
@@ -454,8 +462,10 @@ class EvalConfig:
         return [by_name[n] for n in self.ablation_sets] if self.ablation_sets else self.sets[:1]
 
     def __post_init__(self) -> None:
-        _check_choices(self, "eval")
-        self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, "eval.sets", "<profile>") for s in self.sets]
+        _validate_fields(self, "eval")
+        _check(isinstance(self.sets, list), "eval.sets", f"expected a list of sets, got {type(self.sets).__name__}")
+        self.sets = [s if isinstance(s, EvalSet) else _build(EvalSet, s, f"eval.sets[{i}]", "<profile>")
+                     for i, s in enumerate(self.sets)]
         unknown = [n for n in self.ablation_sets if n not in {s.name for s in self.sets}]
         _check(not unknown, "eval.ablation_sets", f"names not in eval.sets: {unknown}")
 
@@ -465,10 +475,10 @@ class ReportsConfig:
     table_formats: list[TableFormat] = field(default_factory=lambda: ["csv", "md", "tex"])
     figure_formats: list[FigureFormat] = field(default_factory=lambda: ["png", "pdf"])
     style: str = "whitegrid"  # seaborn style used for every figure
-    dpi: int = 150
+    dpi: PositiveInt = 150
 
     def __post_init__(self) -> None:
-        _check_choices(self, "reports")
+        _validate_fields(self, "reports")
 
 
 @dataclass
@@ -495,52 +505,11 @@ class Config:
 # Loading and validation
 
 
-def _coerce(value: Any, tp: Any, name: str, source: str) -> Any:
-    """Check `value` against a type hint; ints are accepted for floats (YAML writes 1 for 1.0)."""
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            try:
-                return _coerce(value, arg, name, source)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{source}: {name}: {value!r} does not match {tp}")
-    if tp is type(None):
-        if value is None:
-            return None
-        raise ConfigError(f"{source}: {name}: expected null, got {value!r}")
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {name}: expected a mapping, got {type(value).__name__}")
-        return _build(tp, value, name, source)
-    if origin is list:
-        if not isinstance(value, list):
-            raise ConfigError(f"{source}: {name}: expected a list, got {type(value).__name__}")
-        (arg,) = typing.get_args(tp)
-        return [_coerce(v, arg, f"{name}[{i}]", source) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {name}: expected a mapping, got {type(value).__name__}")
-        kt, vt = typing.get_args(tp)
-        return {_coerce(k, kt, f"{name} key", source): _coerce(v, vt, f"{name}.{k}", source) for k, v in value.items()}
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{source}: {name}: expected a number, got {value!r}")
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{source}: {name}: expected true/false, got {value!r}")
-    if tp in (int, str):
-        if isinstance(value, tp) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{source}: {name}: expected {tp.__name__}, got {value!r}")
-    return value
-
-
 def _build(cls: type, values: dict[str, Any], prefix: str, source: str) -> Any:
+    """A config section from a mapping: unknown keys are refused here, sections inside it are built from their
+    mappings, and the section validates its own values (`_validate_fields`, its `__post_init__`)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{source}: {prefix}: expected a mapping, got {type(values).__name__}")
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -548,7 +517,7 @@ def _build(cls: type, values: dict[str, Any], prefix: str, source: str) -> Any:
         name = f"{prefix}.{key}" if prefix else key
         if key not in known:
             raise ConfigError(f"{source}: unknown key {name!r} (known: {', '.join(sorted(known))})")
-        kwargs[key] = _coerce(value, hints[key], name, source)
+        kwargs[key] = _build(hints[key], value, name, source) if dataclasses.is_dataclass(hints[key]) else value
     try:
         return cls(**kwargs)
     except ConfigError as e:

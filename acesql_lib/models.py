@@ -210,9 +210,9 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerBase, hidden_size: int = 256,
 
 def build_tiny_from_config(cfg: ModelConfig, texts: Iterable[str], seed: int = 0,
                            ) -> tuple[Qwen3ForCausalLM, PreTrainedTokenizerFast]:
-    tokenizer = train_tiny_tokenizer(texts, cfg.tiny_vocab_size)
-    model = build_tiny_model(tokenizer, cfg.tiny_hidden_size, cfg.tiny_num_layers, cfg.tiny_num_heads,
-                             cfg.tiny_num_kv_heads, cfg.tiny_intermediate_size, cfg.tiny_max_position, seed)
+    tokenizer = train_tiny_tokenizer(texts, cfg.tiny.vocab_size)
+    model = build_tiny_model(tokenizer, cfg.tiny.hidden_size, cfg.tiny.num_layers, cfg.tiny.num_heads,
+                             cfg.tiny.num_kv_heads, cfg.tiny.intermediate_size, cfg.tiny.max_position, seed)
     return model, tokenizer
 
 

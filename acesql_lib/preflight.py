@@ -77,10 +77,10 @@ def model_shape(cfg: Config) -> tuple[dict[str, Any] | None, str]:
     """(config.json-like shape, where it came from) of the profile's model, without the network."""
     m = cfg.model
     if m.build_tiny:
-        return ({"vocab_size": m.tiny_vocab_size, "hidden_size": m.tiny_hidden_size,
-                 "num_hidden_layers": m.tiny_num_layers, "num_attention_heads": m.tiny_num_heads,
-                 "num_key_value_heads": m.tiny_num_kv_heads, "head_dim": m.tiny_hidden_size // m.tiny_num_heads,
-                 "intermediate_size": m.tiny_intermediate_size, "tie_word_embeddings": True}, "model.tiny_* settings")
+        return ({"vocab_size": m.tiny.vocab_size, "hidden_size": m.tiny.hidden_size,
+                 "num_hidden_layers": m.tiny.num_layers, "num_attention_heads": m.tiny.num_heads,
+                 "num_key_value_heads": m.tiny.num_kv_heads, "head_dim": m.tiny.hidden_size // m.tiny.num_heads,
+                 "intermediate_size": m.tiny.intermediate_size, "tie_word_embeddings": True}, "model.tiny settings")
     local = resolve(m.base_model)
     if (local / "config.json").is_file():
         return json.loads((local / "config.json").read_text()), str(local / "config.json")

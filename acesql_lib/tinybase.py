@@ -14,21 +14,21 @@ loss, CPU settings) on gold outputs of BOTH roles from the tiny world's training
 Think text (kit's choice; the tiny world has no reasoning traces): one templated sentence that
 names the role and the tables the answer uses, "Columns of a, b." (retriever) and "Query over a, b."
 (generator). It keeps the `<think>` format of §2 without spending CPU time on long rationales. With
-`model.tiny_base_think_extra` > 0 it goes on with a random number of filler sentences, so outputs
+`model.tiny.think_extra` > 0 it goes on with a random number of filler sentences, so outputs
 vary in length and the efficiency claim (RL shortens outputs under the length penalty) can show.
 
 What decides the dev score is copying values from the question and evidence: the dev values never
 occur in training SQL. Three things make copying learnable: the tokenizer is trained on the
 training text only (every token the dev text is cut into has a trained embedding), a share
-`model.tiny_base_value_swap` of the questions has its values made up (`swap_values`; memorising
+`model.tiny.value_swap` of the questions has its values made up (`swap_values`; memorising
 values stops paying), and enough steps: copying appears between steps 400 and 600 (dev EX 1% at
 400, 10% at 600, ~20% at 1,000; benchmarks/tiny_base_calibration.py).
 
-The strength of the base model is controlled by `model.tiny_base_steps` (optimizer steps, never
+The strength of the base model is controlled by `model.tiny.steps` (optimizer steps, never
 wall time), so a seed gives the same model on any machine. The folder gets a manifest (seed,
 steps, hash of every setting that shapes the model); a rerun with the same settings reuses it.
 
-The kit ships the tiny profile's base (`data/tiny_base/`, `model.tiny_base_prebuilt`), as the paper
+The kit ships the tiny profile's base (`data/tiny_base/`, `model.tiny.prebuilt`), as the paper
 profile downloads Qwen3-8B: a run copies it in when its manifest's settings equal the run's, the
 machine's thread count and torch's build suffix aside (`portable`), and builds otherwise. Shipping
 one model also makes every machine start from the same weights, where builds on other thread counts
@@ -64,12 +64,12 @@ MANIFEST = "tiny_base_manifest.json"
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
 # data loading and its JSON reader, schema text); their code hash is part of the reuse key (`base_settings`). With
-# `model.tiny_base_holdout_stage1`, filtering chooses the questions left out, so its code counts too.
+# `model.tiny.holdout_stage1`, filtering chooses the questions left out, so its code counts too.
 BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "jsonfiles", "schema")
 HOLDOUT_MODULES = ("filtering",)
 
 
-# Sentences a think text may go on with (`model.tiny_base_think_extra`), always in this order: they
+# Sentences a think text may go on with (`model.tiny.think_extra`), always in this order: they
 # carry nothing the answer needs, so a shorter think loses nothing, and each sentence end is a choice
 # between going on and closing the think, which the length penalty of RL can move (§4 step 6).
 THINK_FILLER = ("Read the question.", "Check the schema.", "Keep what is asked.", "Mind the joins.",
@@ -199,7 +199,7 @@ def base_tokenizer(samples: Sequence[Mapping[str, Any]], vocab_size: int) -> Any
 
 def build_modules(cfg: Config) -> tuple[str, ...]:
     """The modules whose code hash keys the base model of `cfg`."""
-    return BUILD_MODULES + (HOLDOUT_MODULES if cfg.model.tiny_base_holdout_stage1 else ())
+    return BUILD_MODULES + (HOLDOUT_MODULES if cfg.model.tiny.holdout_stage1 else ())
 
 
 def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
@@ -207,10 +207,10 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
     manifest = world.read_manifest() if world.manifest.is_file() else {}
     return {
         "kit_version": KIT_VERSION, "seed": cfg.seed, "sft": asdict(base_sft_config(cfg)),
-        "model": {k: v for k, v in asdict(cfg.model).items() if k != "tiny_base_prebuilt"},  # where from, not what
+        "model": {**asdict(cfg.model), "tiny": {k: v for k, v in asdict(cfg.model.tiny).items() if k != "prebuilt"}},  # where from, not what
         "data": {"n_example_values": cfg.data.n_example_values, "example_max_chars": cfg.data.example_max_chars},
         # with the hold-out, filtering decides which questions the base is trained on
-        "filtering": asdict(cfg.filtering) if cfg.model.tiny_base_holdout_stage1 else None,
+        "filtering": asdict(cfg.filtering) if cfg.model.tiny.holdout_stage1 else None,
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
         "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*build_modules(cfg)),
         # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
@@ -239,11 +239,11 @@ def base_sft_config(cfg: Config):
     speed settings (length-sorted passes, completion-only LM head; same loss and gradient) are the
     base build's own, so the paper profile's GPU settings for stage 1 do not slow the rehearsal's base.
     """
-    return replace(cfg.sft, learning_rate=cfg.model.tiny_base_lr, per_device_batch_size=cfg.model.tiny_base_batch_size,
-                   gradient_accumulation_steps=1, max_steps=cfg.model.tiny_base_steps, bf16=False,
-                   lr_scheduler_type=cfg.model.tiny_base_scheduler, warmup_ratio=cfg.model.tiny_base_warmup_ratio,
+    return replace(cfg.sft, learning_rate=cfg.model.tiny.lr, per_device_batch_size=cfg.model.tiny.batch_size,
+                   gradient_accumulation_steps=1, max_steps=cfg.model.tiny.steps, bf16=False,
+                   lr_scheduler_type=cfg.model.tiny.scheduler, warmup_ratio=cfg.model.tiny.warmup_ratio,
                    gradient_checkpointing=False, save_steps=0, num_epochs=1, logging_steps=10, report_to="none",
-                   length_split=cfg.model.tiny_base_length_split, completion_head=cfg.model.tiny_base_completion_head)
+                   length_split=cfg.model.tiny.length_split, completion_head=cfg.model.tiny.completion_head)
 
 
 def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
@@ -251,18 +251,18 @@ def base_training_data(cfg: Config, world: TinyWorld, paths: Paths | None = None
     """The base model's SFT samples (both roles), the number of questions skipped, and its tokenizer;
     the prompts carry the schema text the profile's own prompts show (`profile_schemas`)."""
     pool = load_train_pool(cfg, world)
-    if cfg.model.tiny_base_holdout_stage1:
+    if cfg.model.tiny.holdout_stage1:
         held = {e.id for e in stage1_pool(cfg, pool)}
         pool = [e for e in pool if e.id not in held]
     schemas = profile_schemas(cfg, paths or Paths.from_config(cfg), pool)
-    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny_base_value_swap, cfg.seed,
-                                    cfg.model.tiny_base_think_extra)
-    return samples, skipped, base_tokenizer(samples, cfg.model.tiny_vocab_size)
+    samples, skipped = gold_samples(pool, schemas, cfg.model.prompt_style, cfg.model.tiny.value_swap, cfg.seed,
+                                    cfg.model.tiny.think_extra)
+    return samples, skipped, base_tokenizer(samples, cfg.model.tiny.vocab_size)
 
 
 def stage1_pool(cfg: Config, pool: Sequence[Any]) -> list[Any]:
     """Stage 1's questions, chosen from `pool` exactly as notebook 01 chooses them (`filter_pool`,
-    deterministic for a seed), so the base build can leave them out (`model.tiny_base_holdout_stage1`)."""
+    deterministic for a seed), so the base build can leave them out (`model.tiny.holdout_stage1`)."""
     from .filtering import filter_pool
 
     schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
@@ -298,7 +298,7 @@ def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str,
 def compiled_decoder(model: Any, enabled: bool = True) -> Iterator[Any]:
     """Within the block the decoder's forward runs through `torch.compile` (dynamic shapes); after it,
     the eager forward is back. Only the forward is wrapped, so the weights keep their names
-    (`model.tiny_base_compile`; benchmarks/tiny_base_speed.py measures it)."""
+    (`model.tiny.compile`; benchmarks/tiny_base_speed.py measures it)."""
     if not enabled:
         yield model
         return
@@ -344,13 +344,13 @@ def _use_prebuilt(cfg: Config, out: Path, settings: Mapping[str, Any], digest: s
 
     from .paths import resolve
 
-    folder = resolve(cfg.model.tiny_base_prebuilt)
+    folder = resolve(cfg.model.tiny.prebuilt)
     if not folder.is_dir():
-        print(f"[tiny base] no shipped base at {cfg.model.tiny_base_prebuilt}: building one")
+        print(f"[tiny base] no shipped base at {cfg.model.tiny.prebuilt}: building one")
         return False
     differs = prebuilt_matches(folder, settings)
     if differs:
-        print(f"[tiny base] the shipped base ({cfg.model.tiny_base_prebuilt}) was built from other settings or code "
+        print(f"[tiny base] the shipped base ({cfg.model.tiny.prebuilt}) was built from other settings or code "
               f"(differs in: {', '.join(differs)}): building one (about 11 minutes on 2 cores)")
         return False
     work = out.with_name(out.name + ".copying")
@@ -360,18 +360,18 @@ def _use_prebuilt(cfg: Config, out: Path, settings: Mapping[str, Any], digest: s
         if (folder / name).is_file():
             shutil.copy2(folder / name, work / name)
     manifest = json.loads((work / MANIFEST).read_text())
-    manifest.update({"prebuilt_from": cfg.model.tiny_base_prebuilt, "prebuilt_config_hash": manifest["config_hash"],
+    manifest.update({"prebuilt_from": cfg.model.tiny.prebuilt, "prebuilt_config_hash": manifest["config_hash"],
                      "config_hash": digest})  # this machine's key, under which later stages reuse it
     (work / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
     if out.exists():
         shutil.rmtree(out)
     work.rename(out)
-    print(f"[tiny base] using the shipped base ({cfg.model.tiny_base_prebuilt}, built from these settings)")
+    print(f"[tiny base] using the shipped base ({cfg.model.tiny.prebuilt}, built from these settings)")
     return True
 
 
 def ship(built: Path, dest: Path) -> Path:
-    """Write a built base's files to `dest` (the shipped copy, `model.tiny_base_prebuilt`)."""
+    """Write a built base's files to `dest` (the shipped copy, `model.tiny.prebuilt`)."""
     import shutil
 
     manifest = json.loads((Path(built) / MANIFEST).read_text())
@@ -402,24 +402,24 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
         old = json.loads(manifest_path.read_text())
         if old.get("config_hash") == digest:
             return out
-    if not force and eval_fn is None and cfg.model.tiny_base_prebuilt and _use_prebuilt(cfg, out, settings, digest):
+    if not force and eval_fn is None and cfg.model.tiny.prebuilt and _use_prebuilt(cfg, out, settings, digest):
         return out
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     samples, skipped, tokenizer = base_training_data(cfg, world, paths)
     m = cfg.model
-    model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
-                             m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
+    model = build_tiny_model(tokenizer, m.tiny.hidden_size, m.tiny.num_layers, m.tiny.num_heads, m.tiny.num_kv_heads,
+                             m.tiny.intermediate_size, m.tiny.max_position, cfg.seed)
     lengths = prompt_lengths(tokenizer, samples)
-    if lengths["max_total"] > min(m.tiny_max_position, cfg.sft.max_length):
+    if lengths["max_total"] > min(m.tiny.max_position, cfg.sft.max_length):
         raise ValueError(f"tiny base: a sample has {lengths['max_total']} tokens, more than "
-                         f"min(model.tiny_max_position, sft.max_length) = {min(m.tiny_max_position, cfg.sft.max_length)}")
+                         f"min(model.tiny.max_position, sft.max_length) = {min(m.tiny.max_position, cfg.sft.max_length)}")
     work = out.with_name(out.name + ".building")
     sft_cfg = replace(base_sft_config(cfg), report_to=cfg.sft.report_to)  # tracking does not shape the model
-    with compiled_decoder(model, m.tiny_base_compile):
-        result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny_base_steps,
-                           seed=cfg.seed, completion_only=not m.tiny_base_full_loss,
-                           group_by_length=m.tiny_base_group_by_length,
+    with compiled_decoder(model, m.tiny.compile):
+        result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny.steps,
+                           seed=cfg.seed, completion_only=not m.tiny.full_loss,
+                           group_by_length=m.tiny.group_by_length,
                            eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
                            desc="base model")
     model.save_pretrained(work)
@@ -474,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--evaluate", action="store_true", help="also run the two-pass greedy evaluation on the dev set")
     ap.add_argument("--ship", action="store_true",
-                    help="build without the shipped copy and write the result to model.tiny_base_prebuilt")
+                    help="build without the shipped copy and write the result to model.tiny.prebuilt")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
     from .config import parse_overrides
@@ -483,16 +483,16 @@ def main(argv: Sequence[str] | None = None) -> Path:
     cfg, paths = ctx.cfg, ctx.paths
     world = build_profile_world(cfg.data, paths.tinyworld)
     if args.ship:
-        if not cfg.model.tiny_base_prebuilt:
-            raise SystemExit("--ship: model.tiny_base_prebuilt is empty; name the folder to write")
-        cfg = replace(cfg, model=replace(cfg.model, tiny_base_prebuilt=""))  # a build, never the old copy
+        if not cfg.model.tiny.prebuilt:
+            raise SystemExit("--ship: model.tiny.prebuilt is empty; name the folder to write")
+        cfg = replace(cfg, model=replace(cfg.model, tiny=replace(cfg.model.tiny, prebuilt="")))  # a build, never the old copy
     copied = (paths.base_model / MANIFEST).is_file() and \
         "prebuilt_from" in json.loads((paths.base_model / MANIFEST).read_text())
     path = build_tiny_base(cfg, paths, world, force=args.force or (args.ship and copied))
     if args.ship:
         from .paths import resolve
 
-        print(f"shipped: {ship(path, resolve(ctx.cfg.model.tiny_base_prebuilt))}")
+        print(f"shipped: {ship(path, resolve(ctx.cfg.model.tiny.prebuilt))}")
     manifest = json.loads((path / MANIFEST).read_text())
     print(json.dumps({k: manifest[k] for k in ("steps", "train_loss", "build_seconds", "token_lengths")}, indent=1))
     if args.evaluate:

@@ -1,11 +1,11 @@
-"""Tiny base model: two-pass greedy dev EX against SFT steps (what `model.tiny_base_steps` is set from).
+"""Tiny base model: two-pass greedy dev EX against SFT steps (what `model.tiny.steps` is set from).
 
 One build of the tiny base model with the profile's settings, evaluated on the first `--questions`
 dev questions every `--every` steps (retriever -> pruned schema -> generator, BIRD set EX, plus the
 generator on the gold schema). The curve goes to <out>/calibration.jsonl and calibration.png; the
 issue's target for the base model is 10-60% EX.
 
-    python benchmarks/tiny_base_calibration.py --steps 800 --every 100 --set model.tiny_num_layers=4
+    python benchmarks/tiny_base_calibration.py --steps 800 --every 100 --set model.tiny.num_layers=4
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="tiny")
-    ap.add_argument("--steps", type=int, default=None, help="default: model.tiny_base_steps of the profile")
+    ap.add_argument("--steps", type=int, default=None, help="default: model.tiny.steps of the profile")
     ap.add_argument("--every", type=int, default=100)
     ap.add_argument("--questions", type=int, default=100)
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
@@ -35,7 +35,7 @@ def main() -> None:
 
     overrides = parse_overrides(args.set)
     if args.steps:
-        overrides["model.tiny_base_steps"] = args.steps
+        overrides["model.tiny.steps"] = args.steps
     tmp = tempfile.mkdtemp(prefix="tiny_base_cal_")
     # its own world too: a data.* override must not rebuild the shared data/tinyworld
     ctx = RunContext.create(args.profile, {**overrides, "run_dir": tmp, "data.tinyworld_dir": f"{tmp}/world"})

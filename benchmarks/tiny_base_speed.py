@@ -70,13 +70,13 @@ def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, step
     torch.set_num_threads(threads)
     m = cfg.model
     torch.manual_seed(cfg.seed)
-    model = build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads, m.tiny_num_kv_heads,
-                             m.tiny_intermediate_size, m.tiny_max_position, cfg.seed)
+    model = build_tiny_model(tokenizer, m.tiny.hidden_size, m.tiny.num_layers, m.tiny.num_heads, m.tiny.num_kv_heads,
+                             m.tiny.intermediate_size, m.tiny.max_position, cfg.seed)
     sft_cfg = replace(base_sft_config(cfg), length_split=split, completion_head=head, logging_steps=1)
     set_seed(cfg.seed)
     timer = _StepTimes()
-    trainer = make_trainer(model, tokenizer, data, sft_cfg, out, steps, cfg.seed, m.tiny_base_group_by_length,
-                           not m.tiny_base_full_loss, callbacks=[timer],
+    trainer = make_trainer(model, tokenizer, data, sft_cfg, out, steps, cfg.seed, m.tiny.group_by_length,
+                           not m.tiny.full_loss, callbacks=[timer],
                            desc=f"split {split}, head {'on' if head else 'off'}, {numerics}")
     if numerics == "bf16":  # the Trainer runs every loss inside this context manager
         trainer.compute_loss_context_manager = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
@@ -121,8 +121,8 @@ def main(argv=None) -> dict:
     work = Path(paths.run) / "bench_tiny_base_speed"
     t0 = time.perf_counter()  # TRL tokenises once; every variant reuses the tokenised set
     m = cfg.model
-    first = make_trainer(build_tiny_model(tokenizer, m.tiny_hidden_size, m.tiny_num_layers, m.tiny_num_heads,
-                                          m.tiny_num_kv_heads, m.tiny_intermediate_size, m.tiny_max_position, cfg.seed),
+    first = make_trainer(build_tiny_model(tokenizer, m.tiny.hidden_size, m.tiny.num_layers, m.tiny.num_heads,
+                                          m.tiny.num_kv_heads, m.tiny.intermediate_size, m.tiny.max_position, cfg.seed),
                          tokenizer, check_samples(samples), base_sft_config(cfg), work / "prepare", 1, cfg.seed)
     prepare_seconds = time.perf_counter() - t0
     data = first.train_dataset
@@ -149,7 +149,7 @@ def main(argv=None) -> dict:
     for v in summary.values():
         v["speedup_vs_first"] = round(ref / v["seconds_per_step_median"], 2)
     loss_gap = gap([x for x in runs if x["numerics"] == "fp32"])  # bf16 changes the rounding on purpose
-    report = {"profile": cfg.profile, "steps": args.steps, "batch_size": cfg.model.tiny_base_batch_size,
+    report = {"profile": cfg.profile, "steps": args.steps, "batch_size": cfg.model.tiny.batch_size,
               "samples": len(samples), "cpu_count": os.cpu_count(),
               "load_avg_start_end": [load_start, os.getloadavg()[0]],
               "trl_prepare_seconds": round(prepare_seconds, 1), "max_loss_gap_vs_first_run": loss_gap,

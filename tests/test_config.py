@@ -157,17 +157,18 @@ def _choice_fields():
     import dataclasses as dc
     import typing
 
-    from acesql_lib.config import _choice_adapters
+    def literal(hint):
+        if typing.get_origin(hint) is typing.Literal:
+            return hint
+        return next((lit for a in typing.get_args(hint) if (lit := literal(a)) is not None), None)
 
     cfg = load_config("tiny")
     for f in dc.fields(Config):
         section = getattr(cfg, f.name)
         if dc.is_dataclass(section):
-            for name in _choice_adapters(type(section)):
-                hint = typing.get_type_hints(type(section))[name]
-                while typing.get_origin(hint) is not typing.Literal:  # list[Literal] / dict[Literal, float]
-                    hint = typing.get_args(hint)[0]
-                yield f.name, name, typing.get_args(hint)
+            for name, hint in typing.get_type_hints(type(section)).items():
+                if literal(hint) is not None:  # a choice, a list of choices, a mapping keyed by choices
+                    yield f.name, name, typing.get_args(literal(hint))
 
 
 @pytest.mark.parametrize("section,name,allowed", list(_choice_fields()))
@@ -200,3 +201,81 @@ def test_choices_the_modules_act_on_are_the_configs():
     assert grpo.SCHEDULES == typing.get_args(config.AuthorsOrKit)
     assert tracking.TRACKERS == typing.get_args(config.Tracker)
     assert len(list(_choice_fields())) >= 30
+
+
+def _bounded_fields():
+    """Every (section, field, bounds) whose type carries pydantic bounds (PositiveInt, Share, ...)."""
+    import dataclasses as dc
+    import typing
+
+    import annotated_types
+
+    for f in dc.fields(Config):
+        section = getattr(load_config("tiny"), f.name)
+        if not dc.is_dataclass(section):
+            continue
+        for name, hint in typing.get_type_hints(type(section), include_extras=True).items():
+            bounds = {}
+            for meta in getattr(hint, "__metadata__", ()):
+                for m in getattr(meta, "metadata", [meta]):
+                    for key in ("gt", "ge", "lt", "le"):
+                        if isinstance(m, getattr(annotated_types, key.capitalize())):
+                            bounds[key] = getattr(m, key)
+            if bounds:
+                yield f.name, name, bounds
+
+
+BOUNDED = list(_bounded_fields())
+
+
+def test_the_bounds_are_declared_on_the_fields():
+    names = {f"{s}.{n}" for s, n, _ in BOUNDED}
+    # the checks that were written by hand before are all declared now
+    assert {"grpo.gamma", "grpo.val_samples", "grpo.max_prompt_tokens", "data.values_min_match", "sft.warmup_ratio",
+            "engine.gpu_memory_utilization", "distill.vote_threshold", "model.tiny.think_extra"} <= names
+    assert len(BOUNDED) >= 60
+
+
+@pytest.mark.parametrize("section,name,bounds", BOUNDED)
+def test_every_bound_refuses_a_value_just_outside_it_naming_key_value_and_bound(section, name, bounds):
+    current = getattr(getattr(load_config("tiny"), section), name)
+    step = 1 if isinstance(current, int) else 0.5
+    outside = []
+    if "ge" in bounds:
+        outside.append(bounds["ge"] - step)
+    if "gt" in bounds:
+        outside.append(bounds["gt"])
+    if "le" in bounds:
+        outside.append(bounds["le"] + step)
+    if "lt" in bounds:
+        outside.append(bounds["lt"])
+    for value in outside:
+        value = type(current)(value)
+        with pytest.raises(ConfigError) as e:
+            load_config("tiny", {f"{section}.{name}": value})
+        message = str(e.value)
+        assert f"{section}.{name}: {value!r} is out of bounds" in message, message
+    inside = bounds.get("ge", bounds.get("gt", 0)) + (step if "gt" in bounds else 0)
+    if "le" in bounds or "lt" in bounds:
+        inside = min(inside, bounds.get("le", bounds.get("lt", 0)) - (step if "lt" in bounds else 0))
+    try:  # a value at the edge is within bounds
+        cfg = load_config("tiny", {f"{section}.{name}": type(current)(inside)})
+        assert getattr(getattr(cfg, section), name) == type(current)(inside)
+    except ConfigError as other:  # a rule that ties this value to another setting, not its bound
+        assert "out of bounds" not in str(other), other
+
+
+def test_types_are_strict_and_a_section_built_in_code_is_validated_too():
+    from acesql_lib.config import DataConfig, EvalConfig
+
+    with pytest.raises(ConfigError, match=r"grpo.batch_questions: True is not a valid integer"):
+        load_config("tiny", {"grpo.batch_questions": True})  # a bool is not a count
+    with pytest.raises(ConfigError, match=r"grpo.learning_rate: '1e-6' is not a valid number"):
+        GRPOConfig(learning_rate="1e-6")
+    with pytest.raises(ConfigError, match=r"grpo.gamma: 1.5 is out of bounds \(must be > 0 and <= 1\)"):
+        GRPOConfig(gamma=1.5)
+    with pytest.raises(ConfigError, match=r"data.n_example_values: -1 is out of bounds \(must be >= 0\)"):
+        DataConfig(n_example_values=-1)
+    with pytest.raises(ConfigError, match=r"eval.sets: expected a list of sets, got dict"):
+        EvalConfig(sets={"name": "a"})
+    assert GRPOConfig(gamma=1).gamma == 1.0 and isinstance(GRPOConfig(gamma=1).gamma, float)  # YAML's 1 for 1.0

@@ -256,7 +256,7 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     world = build_profile_world(cfg.data, paths.tinyworld)
     path = build_tiny_base(cfg, paths, world)
     manifest = json.loads((path / MANIFEST).read_text())
-    assert manifest["steps"] == cfg.model.tiny_base_steps
+    assert manifest["steps"] == cfg.model.tiny.steps
     assert build_tiny_base(cfg, paths, world) == path  # reused, not retrained
     assert json.loads((path / MANIFEST).read_text())["build_seconds"] == manifest["build_seconds"]
     result = evaluate_set(cfg, paths, path, cfg.eval.sets[0], stage="base")

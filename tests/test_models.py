@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from acesql_lib.config import ModelConfig
+from acesql_lib.config import ModelConfig, TinyBaseConfig
 from acesql_lib.models import (IM_END, QWEN3_CHAT_TEMPLATE, SPECIAL_TOKENS, THINK_TOKENS, LoraSpec, apply_lora,
                                build_tiny_from_config, build_tiny_model, load_policy, load_reference, save_tiny,
                                train_tiny_tokenizer)
@@ -128,8 +128,8 @@ def test_lora_leaves_only_adapters_trainable(tokenizer):
 
 
 def test_build_tiny_from_config_uses_the_sizes():
-    cfg = ModelConfig(tiny_vocab_size=500, tiny_hidden_size=32, tiny_num_layers=1, tiny_num_heads=2,
-                      tiny_num_kv_heads=1, tiny_intermediate_size=64, tiny_max_position=128)
+    cfg = ModelConfig(tiny=TinyBaseConfig(vocab_size=500, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                          intermediate_size=64, max_position=128))
     model, tok = build_tiny_from_config(cfg, TEXTS)
     c = model.config
     assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads) == (32, 1, 2, 1)

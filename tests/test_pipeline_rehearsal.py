@@ -46,7 +46,7 @@ def test_rehearsal_pipeline_end_to_end(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert sorted(p.stem for p in (reports / "executed").glob("*.ipynb")) == NOTEBOOKS
     base = json.loads((tmp_path / "run" / "models" / "base" / "tiny_base_manifest.json").read_text())
-    assert base["prebuilt_from"] == cfg.model.tiny_base_prebuilt == "data/rehearsal_base"  # shipped, not built
+    assert base["prebuilt_from"] == cfg.model.tiny.prebuilt == "data/rehearsal_base"  # shipped, not built
 
     m = lambda nb: json.loads((reports / "metrics" / f"{nb}.json").read_text())  # noqa: E731
     checks = m("00_data")["preflight"]

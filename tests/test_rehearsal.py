@@ -26,7 +26,7 @@ DK = REAL / "spider_dk"
 # DeepSpeed/FSDP cannot run on CPU, the accelerate config). Anything else must equal paper.yaml.
 ALLOWED = [
     "profile",
-    "model.base_model", "model.build_tiny", "model.dtype", "model.device", "model.tiny_*",
+    "model.base_model", "model.build_tiny", "model.dtype", "model.device", "model.tiny.*",
     "engine.kind", "engine.max_model_len", "engine.gpu_memory_utilization", "engine.hf_batch_size",
     "data.*_dir", "data.layouts_from", "data.layouts_real_spider_dk", "data.tiny_n_train", "data.tiny_n_dev",
     "data.max_train_examples",

@@ -123,7 +123,7 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
         tiny_think(["a.x"], "judge")
     # Reuse is keyed on every setting that shapes the model: the step count changes the key.
     world = TinyWorld(tmp_path / "no_world")
-    a, b = load_config("tiny"), load_config("tiny", {"model.tiny_base_steps": 7})
+    a, b = load_config("tiny"), load_config("tiny", {"model.tiny.steps": 7})
     assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(load_config("tiny"), world))
     assert settings_hash(base_settings(a, world)) != settings_hash(base_settings(b, world))
     # ...while a stage-1 SFT setting that the base recipe does not use leaves it alone
@@ -136,12 +136,12 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     paper = load_config("paper")
     assert (paper.sft.length_split, paper.sft.completion_head) == (1, False)
     assert (base_sft_config(paper).length_split, base_sft_config(paper).completion_head) == (4, True)
-    slow = load_config("paper", {"model.tiny_base_length_split": 1, "model.tiny_base_completion_head": False})
+    slow = load_config("paper", {"model.tiny.length_split": 1, "model.tiny.completion_head": False})
     assert (base_sft_config(slow).length_split, base_sft_config(slow).completion_head) == (1, False)
 
 
 def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
-    """`model.tiny_base_think_extra`: each target's think sentence goes on with 0..k filler sentences,
+    """`model.tiny.think_extra`: each target's think sentence goes on with 0..k filler sentences,
     drawn per sample, so the outputs the base (and the SFT traces distilled from it) write vary in
     length; prompts, answers and the value swaps are those of k = 0, and k is in the reuse key."""
     from acesql_lib.config import ConfigError, load_config
@@ -167,10 +167,10 @@ def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
     assert set(extras) == {0, 1, 2, 3}  # every count 0..3 occurs, none above
     assert all(split(v)[0].startswith(split(p)[0].rstrip("\n")) for v, p in zip(varied, plain))
     assert gold_samples(pool, schemas, value_swap=0.75, seed=3, think_extra=3) == (varied, 0)  # seeded
-    a, b = (load_config("tiny", {"model.tiny_base_think_extra": k}) for k in (0, 3))
+    a, b = (load_config("tiny", {"model.tiny.think_extra": k}) for k in (0, 3))
     assert base_settings(a, TinyWorld(tmp_path / "w")) != base_settings(b, TinyWorld(tmp_path / "w"))
-    with pytest.raises(ConfigError, match="tiny_base_think_extra"):
-        load_config("tiny", {"model.tiny_base_think_extra": 7})
+    with pytest.raises(ConfigError, match=r"model\.tiny\.think_extra: 7 is out of bounds \(must be >= 0 and <= 6\)"):
+        load_config("tiny", {"model.tiny.think_extra": 7})
 
 
 def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
@@ -215,7 +215,7 @@ def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_pa
         ids = [i for text in held_out for i in tok(text, add_special_tokens=False).input_ids]
         return sum(i not in seen for i in ids) / len(ids)
 
-    ours = unseen_share(load_config("tiny").model.tiny_vocab_size)
+    ours = unseen_share(load_config("tiny").model.tiny.vocab_size)
     # a vocabulary too large for the training text is full of intermediate merges that never occur
     # whole in it, and held-out words are cut into exactly those
     assert ours < 0.02 and unseen_share(2048) > 5 * ours
@@ -252,7 +252,7 @@ def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padd
 
 
 def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_path):
-    """`model.tiny_base_compile` compiles the decoder for the build only: the same seed's build with and
+    """`model.tiny.compile` compiles the decoder for the build only: the same seed's build with and
     without it ends at the same loss and weights (up to float summation order), and the saved files
     are those of the eager model (no `_orig_mod` names), so every later stage loads them as usual."""
     from safetensors.torch import load_file
@@ -264,8 +264,8 @@ def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_p
     def build(compiled: bool):
         ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / f"run{int(compiled)}"),
                                          "data.tinyworld_dir": str(tmp_path / "world"), "data.tiny_n_train": 40,
-                                         "data.tiny_n_dev": 10, "model.tiny_base_steps": 6,
-                                         "model.tiny_base_batch_size": 8, "model.tiny_base_compile": compiled})
+                                         "data.tiny_n_dev": 10, "model.tiny.steps": 6,
+                                         "model.tiny.batch_size": 8, "model.tiny.compile": compiled})
         world = build_tinyworld(ctx.paths.tinyworld, ctx.cfg.data.seed, 40, 10)
         path = build_tiny_base(ctx.cfg, ctx.paths, world, progress=False)
         return json.loads((path / MANIFEST).read_text()), load_file(str(path / "model.safetensors"))
@@ -284,7 +284,7 @@ def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_p
 
 
 def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
-    """`model.tiny_base_holdout_stage1`: the base trains on the gold of every training question except
+    """`model.tiny.holdout_stage1`: the base trains on the gold of every training question except
     the ones filtering hands to stage 1 (so distillation and RL meet questions new to the base, as the
     paper's do); the hold-out and the filtering settings are in the base model's reuse key."""
     from acesql_lib.context import RunContext
@@ -298,9 +298,9 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
         return RunContext.create("tiny", {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "w"),
                                           "data.tiny_n_train": 120, "data.tiny_n_dev": 10, "data.tiny_n_dev_id": 0,
                                           "filtering.target_size": 30, "filtering.per_db_cap": 40,
-                                          "model.tiny_base_value_swap": 0.0, **over})  # questions read verbatim
+                                          "model.tiny.value_swap": 0.0, **over})  # questions read verbatim
 
-    on, off = ctx(**{"model.tiny_base_holdout_stage1": True}), ctx()
+    on, off = ctx(**{"model.tiny.holdout_stage1": True}), ctx()
     world = build_profile_world(on.cfg.data, on.paths.tinyworld)
     pool = training_pool(on.cfg, on.paths, progress=False)  # notebook 01's own steps
     schemas = schemas_for(pool.examples, on.cfg.data.n_example_values, on.cfg.data.example_max_chars)
@@ -317,5 +317,5 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
     # filtering's code keys the base only when it chooses the questions left out
     assert key_on["code"] == code_hash(*BUILD_MODULES, "filtering") and key_off["code"] == code_hash(*BUILD_MODULES)
-    assert base_settings(ctx(**{"model.tiny_base_holdout_stage1": True, "filtering.target_size": 20}).cfg,
+    assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,
                          world)["filtering"] != key_on["filtering"]

@@ -1,4 +1,4 @@
-"""The shipped tiny base model (`data/tiny_base/`, `model.tiny_base_prebuilt`): a run copies it in
+"""The shipped tiny base model (`data/tiny_base/`, `model.tiny.prebuilt`): a run copies it in
 instead of building when it was built from the run's settings and code, machine aside; otherwise the
 run builds as before. The shipped copy must match this code, or `make reproduce` silently builds."""
 import json
@@ -20,12 +20,12 @@ def test_the_shipped_base_is_built_from_this_code_and_the_profile(profile, tmp_p
     ctx = RunContext.create(profile, {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "world")})
     cfg = ctx.cfg
     world = build_profile_world(cfg.data, ctx.paths.tinyworld)
-    folder = resolve(cfg.model.tiny_base_prebuilt)
+    folder = resolve(cfg.model.tiny.prebuilt)
     differs = prebuilt_matches(folder, base_settings(cfg, world))
-    assert differs == [], (f"{cfg.model.tiny_base_prebuilt} no longer matches the code or the {profile} profile "
+    assert differs == [], (f"{cfg.model.tiny.prebuilt} no longer matches the code or the {profile} profile "
                            f"(differs in: {differs}); rebuild it: make ship-base PROFILE={profile}")
     manifest = json.loads((folder / MANIFEST).read_text())
-    assert manifest["steps"] == cfg.model.tiny_base_steps and "prebuilt_from" not in manifest
+    assert manifest["steps"] == cfg.model.tiny.steps and "prebuilt_from" not in manifest
 
 
 class Trained(Exception):
@@ -34,12 +34,12 @@ class Trained(Exception):
 
 def test_a_matching_shipped_base_is_copied_and_any_other_is_built(tmp_path, monkeypatch):
     over = {"data.tinyworld_dir": str(tmp_path / "world"), "data.tiny_n_train": 40, "data.tiny_n_dev": 10,
-            "model.tiny_base_steps": 4, "model.tiny_base_batch_size": 8}
+            "model.tiny.steps": 4, "model.tiny.batch_size": 8}
 
     def ctx(name, **extra):
         return RunContext.create("tiny", {**over, "run_dir": str(tmp_path / name), **extra})
 
-    first = ctx("built", **{"model.tiny_base_prebuilt": ""})
+    first = ctx("built", **{"model.tiny.prebuilt": ""})
     world = build_tinyworld(first.paths.tinyworld, first.cfg.data.seed, 40, 10)
     built = build_tiny_base(first.cfg, first.paths, world, progress=False)
     shipped = ship(built, tmp_path / "shipped")
@@ -49,7 +49,7 @@ def test_a_matching_shipped_base_is_copied_and_any_other_is_built(tmp_path, monk
         raise Trained
     monkeypatch.setattr(tinybase, "train_sft", no_training)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 7)  # another machine: a thread count is no reason to build
-    run = ctx("copied", **{"model.tiny_base_prebuilt": str(shipped)})
+    run = ctx("copied", **{"model.tiny.prebuilt": str(shipped)})
     path = build_tiny_base(run.cfg, run.paths, world, progress=False)
     assert (path / "model.safetensors").read_bytes() == weights
     manifest = json.loads((path / MANIFEST).read_text())
@@ -58,17 +58,17 @@ def test_a_matching_shipped_base_is_copied_and_any_other_is_built(tmp_path, monk
     with pytest.raises(ValueError, match="a copy of a shipped base"):
         ship(path, tmp_path / "again")
     with pytest.raises(Trained):  # a forced build never copies
-        build_tiny_base(run.cfg, ctx("forced", **{"model.tiny_base_prebuilt": str(shipped)}).paths, world,
+        build_tiny_base(run.cfg, ctx("forced", **{"model.tiny.prebuilt": str(shipped)}).paths, world,
                         force=True, progress=False)
 
-    other = ctx("other", **{"model.tiny_base_prebuilt": str(shipped), "model.tiny_base_lr": 1e-3})
+    other = ctx("other", **{"model.tiny.prebuilt": str(shipped), "model.tiny.lr": 1e-3})
     assert prebuilt_matches(shipped, base_settings(other.cfg, world)) == ["model", "sft"]
     with pytest.raises(Trained):  # other settings: built, never the shipped copy
         build_tiny_base(other.cfg, other.paths, world, progress=False)
     stale = json.loads((shipped / MANIFEST).read_text())
     stale["settings"]["code"] = "0" * 16  # shipped before a change to the building code
     (shipped / MANIFEST).write_text(json.dumps(stale))
-    fresh = ctx("fresh", **{"model.tiny_base_prebuilt": str(shipped)})
+    fresh = ctx("fresh", **{"model.tiny.prebuilt": str(shipped)})
     assert prebuilt_matches(shipped, base_settings(fresh.cfg, world)) == ["code"]
     with pytest.raises(Trained):
         build_tiny_base(fresh.cfg, fresh.paths, world, progress=False)
