@@ -316,7 +316,7 @@ class SFTConfig:
     report_to: Tracker = "none"  # experiment tracker for the SFT runs: none, tensorboard, wandb or trackio (kit's option)
     length_split: PositiveInt = 1  # forward passes per batch, rows sorted by length (same loss, less padding; CPU speed)
     completion_head: bool = False  # LM head on completion positions only (same loss, ~1/6 of the head's work; CPU speed)
-    save_steps: PositiveInt = 500
+    save_steps: NonNegativeInt = 500  # 0 = no checkpoints
     accelerate_config: str = "configs/accelerate/zero3.yaml"  # §3.3 DeepSpeed ZeRO-3, 4 x A100
 
     def __post_init__(self) -> None:
