@@ -386,6 +386,41 @@ def ship(built: Path, dest: Path) -> Path:
     return dest
 
 
+SAME_BUILD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                    "chat_template.jinja")
+
+
+def rekey(shipped: Path, old_build: Path, new_build: Path) -> dict[str, Any]:
+    """Carry the shipped base over to a change that does not alter what a build makes (code moved, settings
+    renamed): `old_build` and `new_build` are builds on one machine from the shipped copy's code and settings and
+    from the current ones. When their files are byte for byte the same, the shipped manifest takes the current
+    settings and key and records the change under "rekeyed"; its weights are untouched, so every number a run
+    computes from them stays as it was. A build's float sums differ across machines, so a fresh build is compared
+    with a fresh build, never with the shipped weights. Returns the new manifest."""
+    def manifest(folder: Path) -> dict[str, Any]:
+        return json.loads((Path(folder) / MANIFEST).read_text())
+
+    here, old, new = manifest(shipped), manifest(old_build), manifest(new_build)
+    for folder, m in ((old_build, old), (new_build, new)):
+        if "prebuilt_from" in m:
+            raise ValueError(f"{folder}: a copy of a shipped base, not a build (build it with --force)")
+    if portable(old["settings"]) != portable(here["settings"]):
+        differs = sorted(k for k in set(old["settings"]) | set(here["settings"])
+                         if portable(old["settings"]).get(k) != portable(here["settings"]).get(k))
+        raise ValueError(f"{old_build}: not built from the shipped copy's settings and code (differs in: {', '.join(differs)})")
+    if old["settings"].get("torch_threads") != new["settings"].get("torch_threads"):
+        raise ValueError("the two builds ran at different thread counts: build both on one machine alike")
+    changed = [f for f in SAME_BUILD_FILES if (Path(old_build) / f).is_file() != (Path(new_build) / f).is_file()
+               or (Path(old_build) / f).is_file() and (Path(old_build) / f).read_bytes() != (Path(new_build) / f).read_bytes()]
+    if changed or old["train_loss"] != new["train_loss"]:
+        raise ValueError(f"the change alters the build ({', '.join(changed) or 'train_loss'} differ): ship a new build")
+    here.setdefault("rekeyed", []).append({"from_config_hash": here["config_hash"], "from_code": here["settings"]["code"],
+                                           "to_code": new["settings"]["code"], "train_loss_both_builds": new["train_loss"]})
+    here["settings"], here["config_hash"] = new["settings"], new["config_hash"]
+    (Path(shipped) / MANIFEST).write_text(json.dumps(here, indent=2, sort_keys=True, default=str) + "\n")
+    return here
+
+
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
                     eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
     """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
@@ -475,11 +510,21 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ap.add_argument("--evaluate", action="store_true", help="also run the two-pass greedy evaluation on the dev set")
     ap.add_argument("--ship", action="store_true",
                     help="build without the shipped copy and write the result to model.tiny.prebuilt")
+    ap.add_argument("--rekey", nargs=2, metavar=("OLD_BUILD", "NEW_BUILD"),
+                    help="keep the shipped weights under this code's key: two builds on one machine, from the shipped "
+                         "copy's code and from this code, that are byte for byte the same (tinybase.rekey)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
     from .config import parse_overrides
 
     ctx = RunContext.create(args.profile, parse_overrides(args.set))
+    if args.rekey:
+        from .paths import resolve
+
+        shipped = resolve(ctx.cfg.model.tiny.prebuilt)
+        rekey(shipped, Path(args.rekey[0]), Path(args.rekey[1]))
+        print(f"rekeyed: {shipped} (weights unchanged)")
+        return shipped
     cfg, paths = ctx.cfg, ctx.paths
     world = build_profile_world(cfg.data, paths.tinyworld)
     if args.ship:

@@ -74,3 +74,38 @@ def test_a_matching_shipped_base_is_copied_and_any_other_is_built(tmp_path, monk
         build_tiny_base(fresh.cfg, fresh.paths, world, progress=False)
     (shipped / "model.safetensors").unlink()
     assert prebuilt_matches(shipped, base_settings(fresh.cfg, world)) == ["missing model.safetensors"]
+
+
+def _fake_build(folder: Path, code: str, weights: bytes, loss: float = 0.5, **extra) -> Path:
+    """A base folder as a build leaves it (the files `rekey` compares, and a manifest)."""
+    folder.mkdir(parents=True)
+    for name in tinybase.SAME_BUILD_FILES:
+        (folder / name).write_bytes(weights if name == "model.safetensors" else b"{}")
+    (folder / "sft_log.jsonl").write_text("")
+    settings = {"code": code, "model": {"tiny": {"steps": 4}}, "torch": "2.13.0", "torch_threads": 2}
+    (folder / MANIFEST).write_text(json.dumps({"settings": settings, "config_hash": f"key-{code}", "steps": 4,
+                                               "train_loss": loss, **extra}))
+    return folder
+
+
+def test_rekey_carries_the_shipped_weights_to_new_code_only_when_both_builds_are_the_same(tmp_path):
+    shipped = _fake_build(tmp_path / "shipped", "old", b"weights built on another machine")
+    old = _fake_build(tmp_path / "old", "old", b"weights built here")
+    new = _fake_build(tmp_path / "new", "new", b"weights built here")
+    other = _fake_build(tmp_path / "other", "new", b"weights built here, changed")
+    with pytest.raises(ValueError, match="alters the build .model.safetensors differ"):
+        tinybase.rekey(shipped, old, other)
+    with pytest.raises(ValueError, match="not built from the shipped copy's settings and code .differs in: code"):
+        tinybase.rekey(shipped, new, new)
+    copy = _fake_build(tmp_path / "copy", "new", b"weights built here", prebuilt_from="data/tiny_base")
+    with pytest.raises(ValueError, match="a copy of a shipped base"):
+        tinybase.rekey(shipped, old, copy)
+    assert json.loads((shipped / MANIFEST).read_text())["config_hash"] == "key-old"  # a refusal changes nothing
+
+    out = tinybase.rekey(shipped, old, new)
+    assert out["settings"]["code"] == "new" and out["config_hash"] == "key-new"
+    assert out["rekeyed"] == [{"from_config_hash": "key-old", "from_code": "old", "to_code": "new",
+                               "train_loss_both_builds": 0.5}]
+    assert (shipped / "model.safetensors").read_bytes() == b"weights built on another machine"
+    assert prebuilt_matches(shipped, new_settings := json.loads((new / MANIFEST).read_text())["settings"]) == []
+    assert prebuilt_matches(shipped, {**new_settings, "code": "old"}) == ["code"]
