@@ -128,12 +128,14 @@ def swap_values(question: str, evidence: str, sql: str, rng: random.Random) -> t
     numbers = {v for v in _NUMBER_LITERAL.findall(sql) if _spelled(v).search(text)}
     if not names and not numbers:
         return None
-    for value in sorted(names, key=len, reverse=True):
+    # longest first (a value inside a longer one is replaced after it), ties by text: a set's order follows the
+    # process's string hashing (PYTHONHASHSEED), and each value draws its stand-in from `rng` in this order
+    for value in sorted(names, key=lambda v: (-len(v), v)):
         fake = pseudo_value(rng)
         question, evidence = (_spelled(value).sub(fake, t.replace(f"'{value}'", f"'{fake}'"))
                               for t in (question, evidence))
         sql = sql.replace(f"'{value}'", f"'{fake}'")
-    for value in sorted(numbers, key=len, reverse=True):
+    for value in sorted(numbers, key=lambda v: (-len(v), v)):
         fake = pseudo_number(value, rng)
         question, evidence = (_spelled(value).sub(fake, t) for t in (question, evidence))
         sql = _NUMBER_LITERAL.sub(lambda m: fake if m.group() == value else m.group(), sql)

@@ -4,6 +4,7 @@ fixes the result."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -194,6 +195,20 @@ def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
     assert "'Osloish'" in s and "id > 2024" in s
     assert swap_values("How many members?", "", "SELECT COUNT(*) FROM members", random.Random(1)) is None
     assert swap_values(question, evidence, sql, random.Random(1)) == (q, e, s)  # seeded
+
+
+def test_value_swap_draws_the_same_stand_ins_whatever_the_process_hash_seed():
+    """Two values of one length: their order once followed Python's per-process string hashing, so two
+    builds of the same settings made other samples (the base builds that did not repeat bit for bit)."""
+    import subprocess
+    import sys
+
+    code = ("import random; from acesql_lib.tinybase import swap_values; print(swap_values("
+            "'Teams Oslo and Bergen and Narvik and Tromso', '', \"SELECT * FROM t WHERE a = 'Oslo' OR a = 'Bergen' "
+            "OR a = 'Narvik' OR a = 'Tromso' OR n > 12 OR n < 34\", random.Random(3)))")
+    outs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},
+                           capture_output=True, text=True, check=True).stdout for seed in range(6)}
+    assert len(outs) == 1, outs
 
 
 def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_path):
