@@ -51,9 +51,8 @@ from .reuse_keys import code_hash, settings_hash
 from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
-from .evalparse import parse_generator_eval, parse_retriever_eval
 from .prompts import evaluation_style
-from .rollouts import QuestionRollout, RoleSamples, SamplingSpec, execute_rollouts, generate, retrieve, select
+from .rollouts import QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, retrieve, select
 from .task import Task
 from .routes import alternative_route, route_share
 from .schema import Schema
@@ -198,10 +197,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     tasks = [Task(ex, schemas[ex.db_id], given_values=given) for ex in examples]
 
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens)
-    # eval.retriever_parser / eval.generator_parser: the authors' EVAL rules or the kit's
-    r_parse = lambda c, t: parse_retriever_eval(c.text, t.schema, truncated=c.truncated,  # noqa: E731
-                                                parser=cfg.eval.retriever_parser)
-    g_parse = lambda c, t: parse_generator_eval(c.text, c.truncated, cfg.eval.generator_parser)  # noqa: E731
+    rules = RolloutSpec.evaluation(cfg, mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
+    r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
 
     # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
@@ -217,8 +214,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
                        desc=f"{stage} generator (gold schema)", **run)
     gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
     # 4. execute everything in one batch
-    execute_rollouts([*rolls, *gold_rolls], compare_mode=mode, timeout_s=timeout_s,
-                     workers=cfg.eval.workers, progress=progress, scoring=scoring)
+    rules.execute([*rolls, *gold_rolls], workers=cfg.eval.workers, progress=progress)
     o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
     gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
 

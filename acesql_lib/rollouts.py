@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from .config import Truncation
 from .engines import Completion, Engine
+from .evalparse import parse_generator_eval, parse_retriever_eval
 from .executor import score_batch
 from .executor.scoring import rule as scoring_rule, sql_to_run
 from .progress import tqdm
@@ -178,13 +179,15 @@ class SamplingSpec:
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    """How a training rollout is judged, the same in every stage that rolls out for training: self-distillation
-    (§3.2, whose correct rollouts become SFT data and the initial pool), GRPO (§4) and its validation. The
-    think rule, the parsers' rules and the truncation rule decide what a completion says; `sql_whitespace`
-    how both SQLs are written before they run; `bare_table_columns` which column set a matching SQL adds to
-    the pool; the vote, the comparison and the deadline complete the step. Built from the config once
-    (`RolloutSpec.grpo` / `.distill`), never unpacked by hand; the judging rules are always `grpo.*`'s, so
-    stage 1 judges a completion exactly as RL rewards it."""
+    """How a rollout is judged, built once from the config for each of the four stages that roll out:
+    self-distillation (§3.2, whose correct rollouts become SFT data and the initial pool), GRPO (§4), its
+    validation, and evaluation (§5). The think rule, the parsers' rules and the truncation rule decide what a
+    completion says; `sql_whitespace` how both SQLs are written before they run; `bare_table_columns` which
+    column set a matching SQL adds (to the pool in training; to the route analysis in evaluation); the vote,
+    the comparison, the deadline and the scoring rule complete the step. Never unpacked by hand: `parsers()`
+    gives the stage's parsers and `rollout` / `evaluate` read everything else from it. The training stages'
+    judging rules are always `grpo.*`'s, so stage 1 judges a completion exactly as RL rewards it; evaluation
+    parses with `eval.*`'s (the authors' EVAL rules on the paper profile)."""
 
     think_rule: str = "authors"
     retriever_parser: str = "authors"
@@ -195,6 +198,11 @@ class RolloutSpec:
     vote_threshold: float = 0.5
     compare_mode: str = "multiset"
     timeout_s: float = 30.0
+    scoring: str = "kit"  # executor.scoring's rule: "kit" in training, eval.scoring for a BIRD-format evaluation set
+    # "training": prompts' parsers under think_rule / retriever_parser / truncation; "evaluation": evalparse's
+    # parsers under retriever_parser / generator_parser, truncated when the engine stopped at the budget
+    parsing: str = "training"
+    generator_parser: str = "authors"  # evaluation only (eval.generator_parser)
 
     JUDGING = ("think_rule", "retriever_parser", "truncation", "sql_whitespace", "bare_table_columns")
 
@@ -211,6 +219,29 @@ class RolloutSpec:
         d = cfg.distill
         return dataclasses.replace(cls.grpo(cfg), vote_mode="majority", vote_threshold=d.vote_threshold,
                                    compare_mode=d.compare_mode, timeout_s=d.exec_timeout_s)
+
+    @classmethod
+    def evaluation(cls, cfg: Any, compare_mode: str, timeout_s: float, scoring: str = "kit") -> "RolloutSpec":
+        """§5: one greedy retriever sample is the pruned schema (a vote of one), parsed by `eval.*`'s rules; the
+        SQL runs as written; a correct prediction's column set read by the kit's anchor rule (routes, §5);
+        `compare_mode`, `timeout_s` and `scoring` are the evaluation set's (its format and `eval.scoring`)."""
+        e = cfg.eval
+        return cls(retriever_parser=e.retriever_parser, sql_whitespace="keep", bare_table_columns="anchor",
+                   compare_mode=compare_mode, timeout_s=timeout_s, scoring=scoring, parsing="evaluation",
+                   generator_parser=e.generator_parser)
+
+    def parsers(self, max_new_tokens: int) -> tuple["RetrieverParser", "GeneratorParser"]:
+        """The stage's (retriever, generator) parsers: `(completion, task) -> parse`."""
+        if self.parsing == "evaluation":
+            return (lambda c, t: parse_retriever_eval(c.text, t.schema, truncated=c.truncated, parser=self.retriever_parser),
+                    lambda c, t: parse_generator_eval(c.text, c.truncated, self.generator_parser))
+        return training_parsers(max_new_tokens, self.think_rule, self.retriever_parser, self.truncation)
+
+    def execute(self, rollouts: Sequence["QuestionRollout"], workers: int = 0, progress: bool = False) -> None:
+        """§4 step 4 / §5 under this spec: every generator sample against its gold (`execute_rollouts`)."""
+        execute_rollouts(rollouts, compare_mode=self.compare_mode, timeout_s=self.timeout_s, workers=workers,
+                         progress=progress, sql_whitespace=self.sql_whitespace,
+                         bare_table_columns=self.bare_table_columns, scoring=self.scoring)
 
 
 RetrieverParser = Callable[[Completion, Task], Any]
@@ -298,16 +329,12 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
             style: str = "paper", workers: int = 0, progress: bool = False) -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation specs): `spec` says how both
     roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote)."""
-    r_parse, g_parse = training_parsers(spec.max_new_tokens, rules.think_rule, rules.retriever_parser,
-                                        rules.truncation)
+    r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
     voted, seen = select(retrieved, spec.n_generator, rules.vote_mode, rules.vote_threshold)
     generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
-    # 4. execute every SQL against its gold (gold results are cached by the executor)
-    execute_rollouts(results, compare_mode=rules.compare_mode, timeout_s=rules.timeout_s, workers=workers,
-                     progress=progress, sql_whitespace=rules.sql_whitespace,
-                     bare_table_columns=rules.bare_table_columns)
+    rules.execute(results, workers=workers, progress=progress)  # 4. every SQL against its gold (gold results cached)
     return results
 
 

@@ -1,6 +1,6 @@
-"""One rollout spec for every training stage: self-distillation (stage 1) judges a completion exactly as GRPO
-and its validation reward it, under every profile (the parsers' rules, truncation, the SQL's text before it
-runs, the column set a match adds to the pool)."""
+"""One rollout spec per stage, built from the config: self-distillation (stage 1) judges a completion exactly as
+GRPO and its validation reward it, under every profile (the parsers' rules, truncation, the SQL's text before
+it runs, the column set a match adds to the pool); evaluation judges by its own spec, from `eval.*`."""
 from __future__ import annotations
 
 
@@ -73,3 +73,24 @@ def test_stage_1_judges_a_completion_as_grpo_and_its_validation_reward_it(profil
     # the SQL's text: collapsed whitespace (paper, the authors' reward) lets the template's comment swallow
     # the query; kept as written (tiny) it runs
     assert matches[0] == (grpo.sql_whitespace == "keep")
+
+
+@pytest.mark.parametrize("profile", ["tiny", "paper"])
+def test_evaluation_judges_by_its_own_spec_built_from_eval_settings(profile, task):
+    """The fourth stage: evaluation's spec carries `eval.*`'s parsers, runs the SQL as written and scores by the
+    set's rule; its parsers are evalparse's (the authors' EVAL extraction keeps the last SQL block of the late
+    think answer, which the training parsers under the authors' think rule also read)."""
+    from acesql_lib.evalparse import parse_generator_eval, parse_retriever_eval
+
+    cfg = load_config(profile, {"eval.generator_parser": "kit"} if profile == "tiny" else {})
+    spec = RolloutSpec.evaluation(cfg, "set", 7.0, "authors")
+    assert (spec.parsing, spec.retriever_parser, spec.generator_parser) == \
+        ("evaluation", cfg.eval.retriever_parser, cfg.eval.generator_parser)
+    assert (spec.sql_whitespace, spec.compare_mode, spec.timeout_s, spec.scoring) == ("keep", "set", 7.0, "authors")
+    r_parse, g_parse = spec.parsers(64)
+    retr = Completion("<think>\nx\n</think>\n\n```\n[t.a, t.b]\n```", [1, 2, 3], 3, False)
+    assert r_parse(retr, task) == parse_retriever_eval(retr.text, task.schema, parser=cfg.eval.retriever_parser)
+    for text in ANSWERS.values():
+        c = Completion(text, [1, 2, 3], 3, text == ANSWERS["truncated"])
+        assert g_parse(c, task) == parse_generator_eval(text, c.truncated, cfg.eval.generator_parser)
+    assert RolloutSpec.grpo(cfg).parsing == RolloutSpec.distill(cfg).parsing == "training"
