@@ -204,17 +204,19 @@ def test_choices_the_modules_act_on_are_the_configs():
 
 
 def _bounded_fields():
-    """Every (section, field, bounds) whose type carries pydantic bounds (PositiveInt, Share, ...)."""
+    """Every (section, field, bounds) whose type carries pydantic bounds (PositiveInt, Share, ...), sections
+    inside sections included (model.tiny)."""
     import dataclasses as dc
     import typing
 
     import annotated_types
 
-    for f in dc.fields(Config):
-        section = getattr(load_config("tiny"), f.name)
-        if not dc.is_dataclass(section):
-            continue
-        for name, hint in typing.get_type_hints(type(section), include_extras=True).items():
+    def walk(obj, path):
+        for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
+            value = getattr(obj, name)
+            if dc.is_dataclass(value):
+                yield from walk(value, f"{path}.{name}")
+                continue
             bounds = {}
             for meta in getattr(hint, "__metadata__", ()):
                 for m in getattr(meta, "metadata", [meta]):
@@ -222,7 +224,18 @@ def _bounded_fields():
                         if isinstance(m, getattr(annotated_types, key.capitalize())):
                             bounds[key] = getattr(m, key)
             if bounds:
-                yield f.name, name, bounds
+                yield path, name, bounds
+
+    cfg = load_config("tiny")
+    for f in dc.fields(Config):
+        if dc.is_dataclass(getattr(cfg, f.name)):
+            yield from walk(getattr(cfg, f.name), f.name)
+
+
+def _value(cfg, section, name):
+    for part in section.split("."):
+        cfg = getattr(cfg, part)
+    return getattr(cfg, name)
 
 
 BOUNDED = list(_bounded_fields())
@@ -238,7 +251,7 @@ def test_the_bounds_are_declared_on_the_fields():
 
 @pytest.mark.parametrize("section,name,bounds", BOUNDED)
 def test_every_bound_refuses_a_value_just_outside_it_naming_key_value_and_bound(section, name, bounds):
-    current = getattr(getattr(load_config("tiny"), section), name)
+    current = _value(load_config("tiny"), section, name)
     step = 1 if isinstance(current, int) else 0.5
     outside = []
     if "ge" in bounds:
@@ -260,7 +273,7 @@ def test_every_bound_refuses_a_value_just_outside_it_naming_key_value_and_bound(
         inside = min(inside, bounds.get("le", bounds.get("lt", 0)) - (step if "lt" in bounds else 0))
     try:  # a value at the edge is within bounds
         cfg = load_config("tiny", {f"{section}.{name}": type(current)(inside)})
-        assert getattr(getattr(cfg, section), name) == type(current)(inside)
+        assert _value(cfg, section, name) == type(current)(inside)
     except ConfigError as other:  # a rule that ties this value to another setting, not its bound
         assert "out of bounds" not in str(other), other
 
