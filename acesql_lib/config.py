@@ -202,7 +202,7 @@ class TinyBaseConfig:
     lr: PositiveFloat = 3e-3
     value_swap: Share = 0.0  # share of questions whose values are made up (forces copying over memorising)
     scheduler: str = "cosine"  # decaying the LR to 0 at the last step sharpens the small model
-    warmup_ratio: Ratio = 0.05
+    warmup_ratio: Share = 0.05
     group_by_length: bool = False  # True batches the roles apart (less padding) but the loss oscillates
     length_split: PositiveInt = 4  # forward passes per batch, rows sorted by length (same loss; CPU speed)
     completion_head: bool = True  # LM head on completion positions only (same loss; CPU speed)
@@ -367,7 +367,7 @@ class GRPOConfig:
     pcgrad_max_ratio: PositiveFloat = 0.3  # authors' norm_equalised: retriever gradient capped at 0.3 x generator norm
     max_grad_norm: PositiveFloat = 1.0  # §4 step 10
     learning_rate: PositiveFloat = 1e-6  # §4.11
-    warmup_ratio: Ratio = 0.05  # §4.11
+    warmup_ratio: Share = 0.05  # §4.11 (1.0: the LR warms up over the whole run)
     weight_decay: NonNegativeFloat = 0.0  # §4.11
     epochs: PositiveInt = 4  # §4.11: 4 epochs x 182 steps = 728
     max_steps: NonNegativeInt = 0  # 0 = epochs x floor(questions / batch): an epoch's last partial batch is dropped (728)
