@@ -88,13 +88,18 @@ def _is_section(tp: Any) -> bool:
 _BOUNDS = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
 
 
-def _bounds(hint: Any) -> str:
-    """The bounds a field's type declares ("> 0 and <= 1"), from its annotated_types metadata."""
-    found = []
+def field_bounds(hint: Any) -> dict[str, Any]:
+    """The bounds a field's type declares ({"gt": 0, "le": 1}), from its annotated_types metadata."""
+    found = {}
     for meta in getattr(hint, "__metadata__", ()):
         for m in getattr(meta, "metadata", [meta]):  # a pydantic Field(...) holds its bounds in .metadata
-            found += [f"{sign} {getattr(m, k)}" for k, sign in _BOUNDS.items() if hasattr(m, k)]
-    return " and ".join(found)
+            found.update({k: getattr(m, k) for k in _BOUNDS if hasattr(m, k)})
+    return found
+
+
+def _bounds(hint: Any) -> str:
+    """The bounds a field's type declares in words ("> 0 and <= 1")."""
+    return " and ".join(f"{_BOUNDS[k]} {v}" for k, v in field_bounds(hint).items())
 
 
 @functools.cache

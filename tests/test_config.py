@@ -209,21 +209,14 @@ def _bounded_fields():
     import dataclasses as dc
     import typing
 
-    import annotated_types
+    from acesql_lib.config import field_bounds
 
     def walk(obj, path):
         for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
             value = getattr(obj, name)
             if dc.is_dataclass(value):
                 yield from walk(value, f"{path}.{name}")
-                continue
-            bounds = {}
-            for meta in getattr(hint, "__metadata__", ()):
-                for m in getattr(meta, "metadata", [meta]):
-                    for key in ("gt", "ge", "lt", "le"):
-                        if isinstance(m, getattr(annotated_types, key.capitalize())):
-                            bounds[key] = getattr(m, key)
-            if bounds:
+            elif bounds := field_bounds(hint):
                 yield path, name, bounds
 
     cfg = load_config("tiny")

@@ -76,6 +76,16 @@ def _shard(model: torch.nn.Module, mesh) -> torch.nn.Module:
     return fully_shard(model, mesh=mesh)
 
 
+def _teardown(acc) -> None:
+    """End a launched rank: the ranks meet first, so none tears the gloo group down while the other still
+    uses it (a rank aborted once), then accelerate and the group close."""
+    if dist.is_initialized():
+        dist.barrier()
+    acc.end_training()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
@@ -110,11 +120,7 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
                     "lr": opt2.param_groups[0]["lr"], "local_rows": local.to_local().shape[0],
                     "full_rows": local.shape[0]}, f"{folder}/ckpt{rank}.pt")
     finally:
-        if dist.is_initialized():
-            dist.barrier()  # no rank tears the group down while the other still uses it (a gloo abort once)
-        acc.end_training()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        _teardown(acc)
 
 
 def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_path):
@@ -179,11 +185,7 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
         _step(model, opt, shift=5)
         torch.save({k: v.full_tensor() for k, v in model.state_dict().items()}, f"{folder}/gathered{rank}.pt")
     finally:
-        if dist.is_initialized():
-            dist.barrier()  # no rank tears the group down while the other still uses it (a gloo abort once)
-        acc.end_training()
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        _teardown(acc)
 
 
 def _reference_rank(rank: int, world: int, folder: str) -> None:
