@@ -1,5 +1,5 @@
 """The package's public names: each resolves to the object in its module, and importing the package
-loads none of the heavy libraries."""
+loads none of the heavy libraries; no module imports itself back through others (no import circle)."""
 import subprocess
 import sys
 
@@ -23,3 +23,42 @@ def test_the_package_imports_light_and_names_what_it_lacks():
     assert out[0] == "[]" and out[1]
     with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
         acesql_lib.no_such_name
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every acesql_lib module and the acesql_lib modules it imports (at any depth of its code, lazy imports
+    included), read from the syntax trees."""
+    import ast
+    from pathlib import Path
+
+    root = Path(acesql_lib.__file__).parent
+    names = {}
+    for path in root.rglob("*.py"):
+        parts = ["acesql_lib", *path.relative_to(root).with_suffix("").parts]
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in names}
+    for module, path in names.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
+                subs = [f"{target}.{a.name}" for a in node.names]
+                # `from . import batch` reads a submodule, not the package's own code
+                found = subs + ([target] if node.module or not all(x in names for x in subs) else [])
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            graph[module] |= {t for t in found if t in names and t != module}
+    return graph
+
+
+def test_no_module_of_the_library_imports_itself_back():
+    import networkx as nx
+
+    graph = _imports()
+    assert len(graph) > 60 and sum(map(len, graph.values())) > 150  # the whole library was read
+    assert "acesql_lib.jsonfiles" in graph["acesql_lib.schema"]
+    cycles = list(nx.simple_cycles(nx.DiGraph([(a, b) for a, deps in graph.items() for b in deps])))
+    assert cycles == [], cycles
