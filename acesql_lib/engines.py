@@ -97,13 +97,15 @@ class HFEngine(Engine):
     CPU and dynamic otherwise (benchmarks/hf_generate_speed.py: static 1.04x dynamic on the greedy
     evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
     attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
-    less memory traffic.
+    less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it
+    (`_shared_prefix`; not with the static cache).
     """
 
     kind = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
-                 sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None):
+                 sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None,
+                 share_prefix: bool = True):
         greedy_batch_size = batch_size if greedy_batch_size is None else greedy_batch_size
         if min(batch_size, greedy_batch_size) < 1 or cache not in ("auto", "static", "dynamic"):
             raise ValueError(f"HFEngine: batch sizes ({batch_size}, greedy {greedy_batch_size}) must be >= 1, "
@@ -111,6 +113,7 @@ class HFEngine(Engine):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.greedy_batch_size = greedy_batch_size
         self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
+        self.share_prefix = share_prefix
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
@@ -119,7 +122,8 @@ class HFEngine(Engine):
     def from_config(cls, cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any) -> "HFEngine":
         """The engine `engine.hf_*` describes."""
         return cls(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
-                   sort_by_length=cfg.hf_sort_by_length, greedy_batch_size=cfg.hf_greedy_batch_size)
+                   sort_by_length=cfg.hf_sort_by_length, greedy_batch_size=cfg.hf_greedy_batch_size,
+                   share_prefix=cfg.hf_share_prefix)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
@@ -131,6 +135,29 @@ class HFEngine(Engine):
         if self.sort_by_length:
             rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
         return [rows[i: i + size] for i in range(0, len(rows), size)]
+
+    def _shared_prefix(self, input_ids: torch.Tensor, mask: torch.Tensor, batch: Sequence[int], n: int) -> Any:
+        """The KV cache of a batch's prompts but their last token, computed once per distinct prompt and
+        copied to its samples (row r is a copy of prompt r // n; a prompt's copies are adjacent), or None
+        when no prompt repeats. `generate` then runs only the last prompt token and the new ones: the n
+        samples of a prompt no longer prefill it n times. Positions are those `generate` gives a
+        left-padded row (the attention mask's running count)."""
+        owners, firsts = [], []
+        for i, r in enumerate(batch):
+            if not firsts or r // n != batch[firsts[-1]] // n:
+                firsts.append(i)
+            owners.append(len(firsts) - 1)
+        if len(firsts) == len(batch) or input_ids.shape[1] < 2:
+            return None
+        from transformers import DynamicCache
+
+        ids, keep = input_ids[firsts, :-1], mask[firsts, :-1]
+        positions = (keep.long().cumsum(-1) - 1).masked_fill(keep == 0, 0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=ids, attention_mask=keep, position_ids=positions, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
+        return cache
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
@@ -164,9 +191,10 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n)
                     out = self.model.generate(input_ids=input_ids, attention_mask=mask, **sampling,
                                               max_new_tokens=max_new_tokens, eos_token_id=self.stops,
-                                              pad_token_id=pad)
+                                              pad_token_id=pad, **({"past_key_values": shared} if shared else {}))
                     for r, new in zip(batch, out[:, width:].tolist()):
                         outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
         finally:

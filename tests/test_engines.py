@@ -181,10 +181,12 @@ def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(tra
 
 
 @pytest.mark.parametrize("levers", [dict(cache="static"), dict(grouped_kv=True, cache="dynamic"),
-                                    dict(grouped_kv=True, cache="static")])
+                                    dict(grouped_kv=True, cache="static"), dict(cache="dynamic", share_prefix=True),
+                                    dict(grouped_kv=True, cache="dynamic", share_prefix=True)])
 def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, levers):
-    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False)
-    fast = HFEngine(*trained, batch_size=4, **levers)
+    # n=2 and n=3 with batches of 4: a prompt's copies also fall on both sides of a batch's edge
+    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False)
+    fast = HFEngine(*trained, batch_size=4, **{"share_prefix": False, **levers})
     assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
         _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
     # same batches, same seed: the same draws, so the same samples
@@ -223,6 +225,30 @@ def test_grouped_kv_on_a_lora_model(trained, prompts):
     plain = HFEngine(peft_model, tokenizer, cache="dynamic", grouped_kv=False).generate(prompts, temperature=0.0,
                                                                                          max_new_tokens=8)
     assert _ids(fast) == _ids(plain)
+    shared, unshared = (HFEngine(peft_model, tokenizer, share_prefix=share).generate(
+        prompts, n=3, temperature=1.0, max_new_tokens=8, seed=2) for share in (True, False))
+    assert _ids(shared) == _ids(unshared)
+
+
+def test_a_shared_prefix_is_prefilled_once_per_distinct_prompt(trained, prompts):
+    """The n samples of a prompt prefill it once: the policy's forward sees one row per distinct prompt of the
+    batch, its length but the last token; the engine without the lever prefills every copy."""
+    model, tokenizer = trained
+    widths: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        for share in (True, False):
+            widths.clear()
+            HFEngine(model, tokenizer, batch_size=8, share_prefix=share).generate(prompts[:2], n=4, temperature=1.0,
+                                                                                  max_new_tokens=3, seed=0)
+            full = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts[:2])
+            assert widths[0] == ((2, full - 1) if share else (8, full))
+            assert widths[1] == (8, 1)  # then the last prompt token (shared) or the first new one
+    finally:
+        hook.remove()
+    assert HFEngine(model, tokenizer)._shared_prefix(torch.ones(2, 5, dtype=torch.long),
+                                                     torch.ones(2, 5, dtype=torch.long), [0, 1], n=1) is None
 
 
 def test_engine_settings_are_checked():
