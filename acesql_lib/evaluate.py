@@ -184,7 +184,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
         raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
     start, phases_before = time.perf_counter(), totals()
     engine = engine or HFEngine.from_config(cfg.engine, model, tokenizer)
-    chunk = max(1, cfg.engine.hf_batch_size)
+    # prompts per engine call (the progress bar moves per call): greedy calls take engine.hf_greedy_batch_size
+    chunk = cfg.engine.hf_greedy_batch_size
     style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
     from .values_index import attach  # the profile's schema text and question-relevant values (§2)
 

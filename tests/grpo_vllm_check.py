@@ -18,8 +18,7 @@ def main(run: Path, steps: int) -> dict:
     from acesql_lib.testing import rl_overrides
     from acesql_lib.rollouts import retriever_prompt
 
-    over = rl_overrides(run, **{"engine.kind": "vllm", "grpo.max_steps": steps, "grpo.save_every": steps,
-                                "grpo.val_every": 2})
+    over = rl_overrides(run, **{"engine.kind": "vllm", "grpo.max_steps": steps, "grpo.val_every": 2})
     ctx = RunContext.create("tiny", over)
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert isinstance(trainer.engine, VLLMEngine), type(trainer.engine)

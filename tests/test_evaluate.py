@@ -276,23 +276,25 @@ def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_di
     assert (paper.eval.retriever_max_new_tokens, paper.eval.max_new_tokens, paper.eval.max_model_len) == (4096, 8192, 8192)
     assert eval_engine_config(paper).max_model_len == 8192 and paper.engine.max_model_len == 6144  # training's
     cfg = load_config("tiny", {"eval.max_new_tokens": 40, "eval.retriever_max_new_tokens": 12,
-                               "engine.hf_batch_size": 8, "eval.workers": 1})
+                               "engine.hf_batch_size": 8, "engine.hf_greedy_batch_size": 2, "eval.workers": 1})
     examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
     schemas = schemas_for(examples)
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [s for _, s, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position=1024, seed=0)
-    engine, budgets = HFEngine.from_config(cfg.engine, model, tok), []
+    engine, budgets, sizes = HFEngine.from_config(cfg.engine, model, tok), [], []
     real = engine.generate
 
     def recording(prompts, n=1, **kw):
         budgets.append(kw["max_new_tokens"])
+        sizes.append(len(prompts))
         return real(prompts, n=n, **kw)
 
     engine.generate = recording
     result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="random", out_dir=tmp_path,
                       set_name="dev", engine=engine, progress=False)
-    assert budgets[0] == 12 and set(budgets[1:]) == {40}  # retriever pass, then the generator passes
+    assert budgets[:2] == [12, 12] and set(budgets[2:]) == {40}  # retriever pass, then the generator passes
+    assert sizes == [2, 1] * 3  # each pass's 3 prompts in calls of engine.hf_greedy_batch_size (the greedy batch)
     assert all(r["retriever_tokens"] <= 12 for r in result.records)
     assert any(r["generator_tokens"] > 12 for r in result.records)  # an untrained model runs to its budget
 

@@ -26,14 +26,22 @@ pytestmark = pytest.mark.vllm
 CHECK = Path(__file__).with_name("grpo_vllm_check.py")
 
 
-def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(rl_template, tmp_path):
+@pytest.fixture(scope="module")
+def checked_run(rl_template, tmp_path_factory) -> tuple[dict, Path]:
+    """One 4-step vLLM GRPO run with the engine checked against the policy after every step (grpo_vllm_check.py):
+    its result, and its run folder, the straight run the kill/resume test compares with (the checks decode
+    greedily and validation samples on its own seeds, so neither moves the training)."""
     python = vllm_python()
-    run = fresh_run(rl_template, tmp_path, "greedy")
+    run = fresh_run(rl_template, tmp_path_factory.mktemp("vllm"), "straight")
     done = subprocess.run([str(python), str(CHECK), str(run), "4"], cwd=REPO_ROOT, env=vllm_env(),
                           capture_output=True, text=True, timeout=600)
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     assert done.returncode == 0 and lines, done.stderr[-4000:]
-    result = json.loads(lines[-1])
+    return json.loads(lines[-1]), run
+
+
+def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(checked_run):
+    result, _ = checked_run
     rows = result["rows"]
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]
     for r in rows:
@@ -49,13 +57,9 @@ def _cli(python: Path, run: Path) -> list[str]:
     return [str(python), "-m", "acesql_lib.grpo", "--config", "tiny", "--set", *sets]
 
 
-def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(rl_template, tmp_path):
+def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(rl_template, checked_run, tmp_path):
     python = vllm_python()
-    straight = fresh_run(rl_template, tmp_path, "straight")
-    done = subprocess.run(_cli(python, straight), cwd=REPO_ROOT, env=vllm_env(), capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-
+    straight = checked_run[1]  # the checked run: the CLI's settings but validation every 2 steps
     resumed = fresh_run(rl_template, tmp_path, "resumed")
     proc = subprocess.Popen(_cli(python, resumed), cwd=REPO_ROOT, env=vllm_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
