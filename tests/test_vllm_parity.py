@@ -177,3 +177,30 @@ def pytester_env():
 
 if __name__ == "__main__":
     print(json.dumps(run_parity(Path(sys.argv[1]), in_process=sys.argv[2] == "in_process")), flush=True)
+
+
+def _setup_script(venv, **env):
+    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "setup_vllm_cpu.sh"), str(venv)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PYTHON": "/bin/false", **env})
+
+
+def test_a_build_stamped_with_the_current_pins_is_ready_without_importing_vllm(tmp_path):
+    """scripts/setup_vllm_cpu.sh: an environment whose .installed stamp holds the digest of the pins and of the
+    script is ready at once (its interpreter is not run); a stale stamp sends it to the import check. PYTHON=/bin/false
+    makes any attempt to build a new environment fail at once instead of downloading."""
+    import hashlib
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    ran = tmp_path / "python-ran"
+    (venv / "bin" / "python").write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
+    (venv / "bin" / "python").chmod(0o755)
+    sources = ["requirements.txt", "requirements-dev.txt", "requirements-gpu.in", "scripts/setup_vllm_cpu.sh"]
+    digest = hashlib.sha256(b"".join((REPO_ROOT / f).read_bytes() for f in sources)).hexdigest()
+    (venv / ".installed").write_text(digest + "\n")
+    done = _setup_script(venv)
+    assert done.returncode == 0 and "ready (built from these pins" in done.stdout, done.stdout + done.stderr
+    assert not ran.exists()
+    (venv / ".installed").write_text("0" * 64 + "\n")  # pins changed since: the check runs (and fails here)
+    done = _setup_script(venv)
+    assert done.returncode != 0 and ran.exists()
