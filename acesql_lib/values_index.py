@@ -18,8 +18,8 @@ it needs no Java, unlike pyserini, and its sparse score matrix lets a question's
 queries touch only the documents holding their words. SQLite FTS5 with bm25() was measured beside
 it (benchmarks/values_index_bench.py): FTS5 builds faster, our bm25s queries are faster, and FTS5
 cannot take Lucene's k1/b nor stop words. The index lives OUTSIDE the
-database, in a cache folder (e.g. runs/<profile>/values_index/), one sub-folder per database,
-and is rebuilt when the database file's size or modification time changes.
+database, in a cache folder (e.g. runs/<profile>/values_index/), one sub-folder per database
+version, and is rebuilt when the database file's size or modification time changes.
 """
 from __future__ import annotations
 
@@ -193,8 +193,10 @@ class ValuesIndex:
 
     @classmethod
     def load(cls, folder: Path, **settings: Any) -> "ValuesIndex":
+        """Raises OSError or ValueError when the folder is incomplete: an index with values but no `bm25`
+        folder is never returned as an index that finds nothing."""
         docs = json.loads((folder / "docs.json").read_text())
-        bm25 = bm25s.BM25.load(str(folder / "bm25"), show_progress=False) if (folder / "bm25").is_dir() else None
+        bm25 = bm25s.BM25.load(str(folder / "bm25"), show_progress=False) if docs["doc_value"] else None
         return cls(docs["columns"], docs["doc_column"], docs["doc_value"], bm25, **settings)
 
 
@@ -203,41 +205,69 @@ def _signature(db_path: Path) -> dict[str, Any]:
     return {"format": FORMAT, "db": str(db_path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def _load_entry(folder: Path, sig: dict[str, Any], settings: dict[str, Any]) -> ValuesIndex | None:
+    """The cached index in `folder` when it is whole and built from this very file, else None."""
+    try:
+        if json.loads((folder / "meta.json").read_text()) == sig:
+            return ValuesIndex.load(folder, **settings)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing, damaged or half-removed: built again by the caller
+    return None
+
+
 def open_index(db_path: str | Path, cache_dir: str | Path, **settings: Any) -> ValuesIndex:
     """The values index of one database: loaded from `cache_dir` when it matches the file's size and
-    modification time, else built and saved there (the database itself is only read)."""
+    modification time, else built and saved there (the database itself is only read).
+
+    Each entry is named by the database's path and its signature, `<stem>-<path digest>-<signature digest>`,
+    so a cached entry is never replaced while another process may read it. Several processes may build one
+    entry at once (every rank of a launch, on a fresh run folder): each writes its own temporary folder and
+    renames it into place; when another process got there first, its equal build is kept and ours dropped.
+    A damaged entry is moved aside before ours takes its name. Entries of older versions of the same
+    database file are removed once the new one is in place.
+    """
     db_path = Path(db_path)
     if not db_path.is_file():
         raise FileNotFoundError(f"SQLite database not found: {db_path}")
     sig = _signature(db_path)
-    folder = Path(cache_dir) / f"{db_path.stem}-{hashlib.sha1(sig['db'].encode()).hexdigest()[:10]}"
-    meta = folder / "meta.json"
-    if meta.is_file():
-        try:
-            if json.loads(meta.read_text()) == sig:
-                return ValuesIndex.load(folder, **settings)
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache entry is rebuilt below
+    prefix = f"{db_path.stem}-{_digest(sig['db'])}-"
+    folder = Path(cache_dir) / (prefix + _digest(json.dumps(sig, sort_keys=True)))
+    cached = _load_entry(folder, sig, settings)
+    if cached is not None:
+        return cached
     index = ValuesIndex.from_values(database_values(db_path), **settings)
-    # Several processes may build the same entry at once (every rank of a launch, on a fresh run folder):
-    # each writes its own temporary folder and renames it into place; a stale entry is moved aside first, and
-    # when another process got there first, its equal build is kept and ours dropped.
     unique = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp = folder.with_name(f"{folder.name}.tmp-{unique}")
     index.save(tmp)
     (tmp / "meta.json").write_text(json.dumps(sig))
-    if folder.exists():
-        aside = folder.with_name(f"{folder.name}.old-{unique}")
-        try:
-            folder.rename(aside)
-        except OSError:
-            pass  # another process moved it already
-        shutil.rmtree(aside, ignore_errors=True)
-    try:
-        tmp.rename(folder)
-    except OSError:  # another process renamed its build into place between our two steps
-        shutil.rmtree(tmp, ignore_errors=True)
+    _place(tmp, folder, sig, unique)
+    for old in folder.parent.glob(prefix + "*"):
+        if old.name != folder.name and ".tmp-" not in old.name:  # another version of this file, or set aside
+            shutil.rmtree(old, ignore_errors=True)
     return index
+
+
+def _place(tmp: Path, folder: Path, sig: dict[str, Any], unique: str) -> bool:
+    """Rename the build `tmp` to `folder`; False (and `tmp` removed) when a whole entry is there already."""
+    for _ in range(3):
+        try:
+            tmp.rename(folder)  # a directory is never renamed onto a non-empty one: no live entry is replaced
+            return True
+        except OSError:
+            pass
+        if _load_entry(folder, sig, {}) is not None:  # another process's equal build: keep it
+            shutil.rmtree(tmp, ignore_errors=True)
+            return False
+        try:  # damaged: set it aside (removed with the other versions), then try again
+            folder.rename(folder.with_name(f"{folder.name}.old-{unique}"))
+        except OSError:
+            pass  # set aside by another process already, or gone
+    shutil.rmtree(tmp, ignore_errors=True)
+    return False
 
 
 def attach(schema: Any, db_path: str | Path, data_cfg: Any, cache_dir: str | Path | None) -> Any:

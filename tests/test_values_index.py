@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -125,9 +126,39 @@ def test_cache_is_reused_and_rebuilt_when_the_database_changes(shop_db, tmp_path
     os.utime(shop_db, ns=(stamp + 10**9, stamp + 10**9))  # size or mtime changed -> rebuilt
     rebuilt = open_index(shop_db, cache)
     assert rebuilt.relevant_values("stock at Harbour Depot") == {"stores.name": ["Harbour Depot"]}
-    assert json.loads(meta.read_text())["size"] == shop_db.stat().st_size
-    meta.write_text("{broken")  # a damaged cache entry is rebuilt, not fatal
+    (entry,) = [p for p in cache.iterdir()]  # the new version in an entry of its own, the old one removed
+    assert entry != folder and json.loads((entry / "meta.json").read_text())["size"] == shop_db.stat().st_size
+    (entry / "meta.json").write_text("{broken")  # a damaged cache entry is rebuilt, not fatal
     assert open_index(shop_db, cache).relevant_values("Nantes") == {"stores.city": ["Nantes"]}
+    assert [p.name for p in cache.iterdir()] == [entry.name]
+
+
+def test_an_entry_missing_its_bm25_folder_is_rebuilt_not_read_as_empty(shop_db, tmp_path):
+    """A half-written or half-removed entry (another process's) must not load as an index that finds
+    nothing: before, a missing `bm25` folder loaded as `bm25=None` and every question got no values."""
+    cache = tmp_path / "cache"
+    open_index(shop_db, cache)
+    (folder,) = [p for p in cache.iterdir()]
+    shutil.rmtree(folder / "bm25")
+    assert open_index(shop_db, cache).relevant_values("at Paris") == {"stores.city": ["Paris"]}
+    assert (folder / "bm25").is_dir()  # the damaged entry was replaced by a whole one
+
+
+def test_a_late_build_never_replaces_a_whole_entry(shop_db, tmp_path):
+    """The rank that finishes building last drops its own build: the entry other ranks may be reading
+    stays where it is (before, the last rank moved it aside, and a rank reading it saw a missing folder)."""
+    from acesql_lib.values_index import _place, _signature
+
+    cache = tmp_path / "cache"
+    open_index(shop_db, cache)
+    (folder,) = [p for p in cache.iterdir()]
+    inode = folder.stat().st_ino
+    late = cache / f"{folder.name}.tmp-late"
+    ValuesIndex.from_values(database_values(shop_db)).save(late)
+    sig = _signature(shop_db)
+    (late / "meta.json").write_text(json.dumps(sig))
+    assert _place(late, folder, sig, "late") is False
+    assert folder.stat().st_ino == inode and [p.name for p in cache.iterdir()] == [folder.name]
 
 
 def test_missing_database_is_named(tmp_path):
@@ -195,8 +226,10 @@ def _open_from_another_process(args) -> dict:
 
 def test_processes_building_one_cache_entry_at_once_all_succeed(shop_db, tmp_path):
     """Every rank of a launch opens the same values index on a fresh run folder: each builds it and renames
-    its own build into place; none fails on another's half-written folder, one entry remains, no leftovers
-    (before, all wrote one `.tmp` folder, and one rank's rename broke the other's save)."""
+    its own build into place; none fails on another's half-written folder, none reads an empty index, one
+    entry remains, no leftovers (once all wrote one `.tmp` folder, and one rank's rename broke the other's
+    save; later a late rank moved the whole entry aside while another was loading it, and that one found no
+    `bm25` folder and returned no values)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
@@ -212,5 +245,6 @@ def test_processes_building_one_cache_entry_at_once_all_succeed(shop_db, tmp_pat
             with ctx.Pool(6) as pool:
                 results = pool.map(_open_from_another_process, [(shop_db, cache, barrier)] * 6)
         assert results == [{"stores.city": ["Paris"]}] * 6
-        assert [p.name for p in cache.iterdir()] == [f"shop-{next(cache.iterdir()).name.split('-')[1]}"]
-        assert json.loads((next(cache.iterdir()) / "meta.json").read_text())["size"] == shop_db.stat().st_size
+        (entry,) = [p for p in cache.iterdir()]  # one entry, no temporary or set-aside folder left
+        assert entry.name.startswith("shop-") and ".tmp-" not in entry.name and ".old-" not in entry.name
+        assert json.loads((entry / "meta.json").read_text())["size"] == shop_db.stat().st_size
