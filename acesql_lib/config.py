@@ -216,7 +216,7 @@ class TinyBaseConfig:
     think_extra: ThinkFiller = 0  # up to this many filler sentences after a target's think sentence (0..6, uniform per sample); 0 = one sentence
     holdout_stage1: bool = False  # True: the base never sees the gold of stage 1's pool (filtering's output), as Qwen3-8B never saw SynSQL's
     # A base model the kit ships, used instead of a build when it was built from these settings and this code
-    # (tinybase.prebuilt_matches), as the paper profile downloads Qwen3-8B; "" always builds. Not in the reuse key.
+    # (shipped_base.prebuilt_matches), as the paper profile downloads Qwen3-8B; "" always builds. Not in the reuse key.
     prebuilt: str = ""
 
     def __post_init__(self) -> None:

@@ -30,10 +30,11 @@ steps, hash of every setting that shapes the model); a rerun with the same setti
 
 The kit ships the tiny profile's base (`data/tiny_base/`, `model.tiny.prebuilt`), as the paper
 profile downloads Qwen3-8B: a run copies it in when its manifest's settings equal the run's, the
-machine's thread count and torch's build suffix aside (`portable`), and builds otherwise. Shipping
-one model also makes every machine start from the same weights, where builds on other thread counts
-differ in the last digits. `python -m acesql_lib.tinybase --ship` builds (or reuses) the base and
-writes it there; tests/test_tinybase_prebuilt.py fails when the shipped one no longer matches the code.
+machine's thread count and torch's build suffix aside, and builds otherwise (`shipped_base`, which is
+not part of a build's key). Shipping one model also makes every machine start from the same weights, where
+builds on other thread counts differ in the last digits. `python -m acesql_lib.tinybase --ship` builds (or
+reuses) the base and writes it there, `--rekey` carries it over to a refactor of the building code;
+tests/test_tinybase_prebuilt.py fails when the shipped one no longer matches the code.
 """
 from __future__ import annotations
 
@@ -57,10 +58,10 @@ from .paths import Paths
 from .prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
 from .reuse_keys import code_hash, settings_hash
 from .sft import train_sft
+from .shipped_base import MANIFEST, read_manifest, rekey, ship, use_prebuilt
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
 
-MANIFEST = "tiny_base_manifest.json"
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
 # data loading and its JSON reader, schema text); their code hash is part of the reuse key (`base_settings`). With
@@ -312,117 +313,6 @@ def compiled_decoder(model: Any, enabled: bool = True) -> Iterator[Any]:
         decoder.__dict__.pop("forward", None)
 
 
-MACHINE_SETTINGS = ("torch_threads",)  # what a build records of the machine; a shipped base is used across them
-PREBUILT_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                  "tokenizer_config.json", "chat_template.jinja", "sft_log.jsonl", MANIFEST)
-
-
-def portable(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A base's settings without the machine's: the thread count, and torch's local build suffix
-    (2.13.0+cpu and 2.13.0 are the same release)."""
-    out = {k: v for k, v in settings.items() if k not in MACHINE_SETTINGS}
-    out["torch"] = str(out.get("torch", "")).split("+")[0]
-    return out
-
-
-def prebuilt_matches(folder: Path, settings: Mapping[str, Any]) -> list[str]:
-    """[] when the shipped base in `folder` was built from `settings` (machine aside), else what differs
-    (the top-level settings keys, or why the folder is unusable)."""
-    manifest = Path(folder) / MANIFEST
-    missing = [f for f in PREBUILT_FILES if f != "chat_template.jinja" and not (Path(folder) / f).is_file()]
-    if missing:
-        return [f"missing {', '.join(missing)}"]
-    try:
-        shipped = portable(json.loads(manifest.read_text())["settings"])
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{manifest}: not a base-model manifest ({e})") from None
-    here = json.loads(json.dumps(portable(settings), default=str))
-    return sorted(k for k in set(here) | set(shipped) if here.get(k) != shipped.get(k))
-
-
-def _use_prebuilt(cfg: Config, out: Path, settings: Mapping[str, Any], digest: str) -> bool:
-    """Copy the shipped base into `out` when it matches; say why not when it does not."""
-    import shutil
-
-    from .paths import resolve
-
-    folder = resolve(cfg.model.tiny.prebuilt)
-    if not folder.is_dir():
-        print(f"[tiny base] no shipped base at {cfg.model.tiny.prebuilt}: building one")
-        return False
-    differs = prebuilt_matches(folder, settings)
-    if differs:
-        print(f"[tiny base] the shipped base ({cfg.model.tiny.prebuilt}) was built from other settings or code "
-              f"(differs in: {', '.join(differs)}): building one (about 11 minutes on 2 cores)")
-        return False
-    work = out.with_name(out.name + ".copying")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for name in PREBUILT_FILES:
-        if (folder / name).is_file():
-            shutil.copy2(folder / name, work / name)
-    manifest = json.loads((work / MANIFEST).read_text())
-    manifest.update({"prebuilt_from": cfg.model.tiny.prebuilt, "prebuilt_config_hash": manifest["config_hash"],
-                     "config_hash": digest})  # this machine's key, under which later stages reuse it
-    (work / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    work.rename(out)
-    print(f"[tiny base] using the shipped base ({cfg.model.tiny.prebuilt}, built from these settings)")
-    return True
-
-
-def ship(built: Path, dest: Path) -> Path:
-    """Write a built base's files to `dest` (the shipped copy, `model.tiny.prebuilt`)."""
-    import shutil
-
-    manifest = json.loads((Path(built) / MANIFEST).read_text())
-    if "prebuilt_from" in manifest:
-        raise ValueError(f"{built}: a copy of a shipped base, not a build; build it afresh with --force")
-    dest = Path(dest)
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    for name in PREBUILT_FILES:
-        if (Path(built) / name).is_file():
-            shutil.copy2(Path(built) / name, dest / name)
-    return dest
-
-
-SAME_BUILD_FILES = ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                    "chat_template.jinja")
-
-
-def rekey(shipped: Path, old_build: Path, new_build: Path) -> dict[str, Any]:
-    """Carry the shipped base over to a change that does not alter what a build makes (code moved, settings
-    renamed): `old_build` and `new_build` are builds on one machine from the shipped copy's code and settings and
-    from the current ones. When their files are byte for byte the same, the shipped manifest takes the current
-    settings and key and records the change under "rekeyed"; its weights are untouched, so every number a run
-    computes from them stays as it was. A build's float sums differ across machines, so a fresh build is compared
-    with a fresh build, never with the shipped weights. Returns the new manifest."""
-    def manifest(folder: Path) -> dict[str, Any]:
-        return json.loads((Path(folder) / MANIFEST).read_text())
-
-    here, old, new = manifest(shipped), manifest(old_build), manifest(new_build)
-    for folder, m in ((old_build, old), (new_build, new)):
-        if "prebuilt_from" in m:
-            raise ValueError(f"{folder}: a copy of a shipped base, not a build (build it with --force)")
-    if portable(old["settings"]) != portable(here["settings"]):
-        differs = sorted(k for k in set(old["settings"]) | set(here["settings"])
-                         if portable(old["settings"]).get(k) != portable(here["settings"]).get(k))
-        raise ValueError(f"{old_build}: not built from the shipped copy's settings and code (differs in: {', '.join(differs)})")
-    if old["settings"].get("torch_threads") != new["settings"].get("torch_threads"):
-        raise ValueError("the two builds ran at different thread counts: build both on one machine alike")
-    changed = [f for f in SAME_BUILD_FILES if (Path(old_build) / f).is_file() != (Path(new_build) / f).is_file()
-               or (Path(old_build) / f).is_file() and (Path(old_build) / f).read_bytes() != (Path(new_build) / f).read_bytes()]
-    if changed or old["train_loss"] != new["train_loss"]:
-        raise ValueError(f"the change alters the build ({', '.join(changed) or 'train_loss'} differ): ship a new build")
-    here.setdefault("rekeyed", []).append({"from_config_hash": here["config_hash"], "from_code": here["settings"]["code"],
-                                           "to_code": new["settings"]["code"], "train_loss_both_builds": new["train_loss"]})
-    here["settings"], here["config_hash"] = new["settings"], new["config_hash"]
-    (Path(shipped) / MANIFEST).write_text(json.dumps(here, indent=2, sort_keys=True, default=str) + "\n")
-    return here
-
-
 def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = False, progress: bool = True,
                     eval_fn: Callable[[Any, Any], dict[str, Any]] | None = None, eval_every: int = 0) -> Path:
     """Build (or reuse) the tiny base model in `paths.base_model`; returns the folder.
@@ -439,7 +329,8 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
         old = json.loads(manifest_path.read_text())
         if old.get("config_hash") == digest:
             return out
-    if not force and eval_fn is None and cfg.model.tiny.prebuilt and _use_prebuilt(cfg, out, settings, digest):
+    if not force and eval_fn is None and cfg.model.tiny.prebuilt and \
+            use_prebuilt(cfg.model.tiny.prebuilt, out, settings, digest):
         return out
     start = time.perf_counter()
     torch.manual_seed(cfg.seed)
@@ -514,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
                     help="build without the shipped copy and write the result to model.tiny.prebuilt")
     ap.add_argument("--rekey", nargs=2, metavar=("OLD_BUILD", "NEW_BUILD"),
                     help="keep the shipped weights under this code's key: two builds on one machine, from the shipped "
-                         "copy's code and from this code, that are byte for byte the same (tinybase.rekey)")
+                         "copy's code and from this code, that are byte for byte the same (shipped_base.rekey)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
     from .config import parse_overrides
@@ -533,14 +424,13 @@ def main(argv: Sequence[str] | None = None) -> Path:
         if not cfg.model.tiny.prebuilt:
             raise SystemExit("--ship: model.tiny.prebuilt is empty; name the folder to write")
         cfg = replace(cfg, model=replace(cfg.model, tiny=replace(cfg.model.tiny, prebuilt="")))  # a build, never the old copy
-    copied = (paths.base_model / MANIFEST).is_file() and \
-        "prebuilt_from" in json.loads((paths.base_model / MANIFEST).read_text())
+    copied = (paths.base_model / MANIFEST).is_file() and "prebuilt_from" in read_manifest(paths.base_model)
     path = build_tiny_base(cfg, paths, world, force=args.force or (args.ship and copied))
     if args.ship:
         from .paths import resolve
 
         print(f"shipped: {ship(path, resolve(ctx.cfg.model.tiny.prebuilt))}")
-    manifest = json.loads((path / MANIFEST).read_text())
+    manifest = read_manifest(path)
     print(json.dumps({k: manifest[k] for k in ("steps", "train_loss", "build_seconds", "token_lengths")}, indent=1))
     if args.evaluate:
         from .evaluate import evaluate_set

@@ -248,7 +248,8 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
 def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     """The tiny base model plays Qwen3-8B's part: well formed, some right, room to improve (10-60% EX)."""
     from acesql_lib.context import RunContext
-    from acesql_lib.tinybase import MANIFEST, build_tiny_base
+    from acesql_lib.shipped_base import MANIFEST
+    from acesql_lib.tinybase import build_tiny_base
     from acesql_lib.tinyworld import build_profile_world
 
     ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / "run")})

@@ -273,7 +273,8 @@ def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_p
     from safetensors.torch import load_file
 
     from acesql_lib.context import RunContext
-    from acesql_lib.tinybase import MANIFEST, build_tiny_base
+    from acesql_lib.shipped_base import MANIFEST
+    from acesql_lib.tinybase import build_tiny_base
     from acesql_lib.tinyworld import build_tinyworld
 
     def build(compiled: bool):

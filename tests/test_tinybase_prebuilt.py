@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import acesql_lib.tinybase as tinybase
-from acesql_lib.config import load_config
 from acesql_lib.context import RunContext
 from acesql_lib.paths import resolve
-from acesql_lib.tinybase import MANIFEST, base_settings, build_tiny_base, prebuilt_matches, ship
+from acesql_lib.shipped_base import BUILD_FILES, MANIFEST, prebuilt_matches, rekey, ship
+from acesql_lib.tinybase import base_settings, build_tiny_base
 from acesql_lib.tinyworld import build_profile_world, build_tinyworld
 
 
@@ -79,7 +79,7 @@ def test_a_matching_shipped_base_is_copied_and_any_other_is_built(tmp_path, monk
 def _fake_build(folder: Path, code: str, weights: bytes, loss: float = 0.5, **extra) -> Path:
     """A base folder as a build leaves it (the files `rekey` compares, and a manifest)."""
     folder.mkdir(parents=True)
-    for name in tinybase.SAME_BUILD_FILES:
+    for name in BUILD_FILES:
         (folder / name).write_bytes(weights if name == "model.safetensors" else b"{}")
     (folder / "sft_log.jsonl").write_text("")
     settings = {"code": code, "model": {"tiny": {"steps": 4}}, "torch": "2.13.0", "torch_threads": 2}
@@ -94,15 +94,15 @@ def test_rekey_carries_the_shipped_weights_to_new_code_only_when_both_builds_are
     new = _fake_build(tmp_path / "new", "new", b"weights built here")
     other = _fake_build(tmp_path / "other", "new", b"weights built here, changed")
     with pytest.raises(ValueError, match="alters the build .model.safetensors differ"):
-        tinybase.rekey(shipped, old, other)
+        rekey(shipped, old, other)
     with pytest.raises(ValueError, match="not built from the shipped copy's settings and code .differs in: code"):
-        tinybase.rekey(shipped, new, new)
+        rekey(shipped, new, new)
     copy = _fake_build(tmp_path / "copy", "new", b"weights built here", prebuilt_from="data/tiny_base")
     with pytest.raises(ValueError, match="a copy of a shipped base"):
-        tinybase.rekey(shipped, old, copy)
+        rekey(shipped, old, copy)
     assert json.loads((shipped / MANIFEST).read_text())["config_hash"] == "key-old"  # a refusal changes nothing
 
-    out = tinybase.rekey(shipped, old, new)
+    out = rekey(shipped, old, new)
     assert out["settings"]["code"] == "new" and out["config_hash"] == "key-new"
     assert out["rekeyed"] == [{"from_config_hash": "key-old", "from_code": "old", "to_code": "new",
                                "train_loss_both_builds": 0.5}]
