@@ -273,6 +273,9 @@ class EngineConfig:
     # tokens (the tiny distillation's 768 samples of 64 questions all equal), sampled rollouts 1.3-1.5x faster
     # (benchmarks/hf_generate_speed.py)
     hf_share_prefix: bool = True
+    # greedy decoding drops a row from the batch once it has ended (the kit's loop, `HFEngine._greedy`) instead of
+    # decoding every row until the longest ends: the same tokens (benchmarks/hf_generate_speed.py)
+    hf_drop_finished: bool = True
 
     def __post_init__(self) -> None:
         _validate_fields(self, "engine")

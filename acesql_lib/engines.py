@@ -98,14 +98,17 @@ class HFEngine(Engine):
     evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
     attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
     less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it
-    (`_shared_prefix`; not with the static cache).
+    (`_shared_prefix`; not with the static cache). With `drop_finished`, greedy decoding runs the kit's own loop
+    (`_greedy`, dynamic cache) that drops a row from the batch once it has ended, where `generate` decodes every
+    row until the longest ends: the same tokens (greedy tokens do not depend on the batch's rows), fewer rows
+    per step.
     """
 
     kind = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
                  sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None,
-                 share_prefix: bool = True):
+                 share_prefix: bool = True, drop_finished: bool = True):
         greedy_batch_size = batch_size if greedy_batch_size is None else greedy_batch_size
         if min(batch_size, greedy_batch_size) < 1 or cache not in ("auto", "static", "dynamic"):
             raise ValueError(f"HFEngine: batch sizes ({batch_size}, greedy {greedy_batch_size}) must be >= 1, "
@@ -113,7 +116,7 @@ class HFEngine(Engine):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.greedy_batch_size = greedy_batch_size
         self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
-        self.share_prefix = share_prefix
+        self.share_prefix, self.drop_finished = share_prefix, drop_finished
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
@@ -123,7 +126,7 @@ class HFEngine(Engine):
         """The engine `engine.hf_*` describes."""
         return cls(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
                    sort_by_length=cfg.hf_sort_by_length, greedy_batch_size=cfg.hf_greedy_batch_size,
-                   share_prefix=cfg.hf_share_prefix)
+                   share_prefix=cfg.hf_share_prefix, drop_finished=cfg.hf_drop_finished)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
@@ -159,6 +162,41 @@ class HFEngine(Engine):
         cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
         return cache
 
+    def _greedy(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> list[list[int]]:
+        """Greedy decoding of a left-padded batch, each row's new tokens up to its stop token: what
+        `generate(do_sample=False)` returns, but ended rows leave the batch (their KV cache, mask and position
+        rows dropped) once they are half of the rows held, so a step costs about the rows still decoding, not
+        the whole batch until its longest answer ends (dropping at every end was no faster on the tiny
+        evaluation: each drop copies the cache). Positions and masks are those `generate` gives a left-padded row;
+        the next token is the argmax of the float32 logits, as `generate` takes it."""
+        from transformers import DynamicCache
+
+        stops = torch.tensor(sorted(self.stops), device=input_ids.device)
+        cache = DynamicCache(config=self.model.config)
+        rows = torch.arange(input_ids.shape[0], device=input_ids.device)  # the batch row of each row still held
+        done = torch.zeros_like(rows, dtype=torch.bool)
+        out: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        step_ids = input_ids
+        for step in range(max_new_tokens):
+            logits = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                                use_cache=True, logits_to_keep=1).logits[:, -1].float()
+            token = logits.argmax(-1)
+            for r, t, d in zip(rows.tolist(), token.tolist(), done.tolist()):
+                if not d:
+                    out[r].append(t)
+            done |= torch.isin(token, stops)
+            if step + 1 == max_new_tokens or done.all():
+                break
+            if 2 * done.sum() >= done.numel():  # drop ended rows once half have ended: each drop copies the cache
+                keep = (~done).nonzero().squeeze(-1)
+                cache.batch_select_indices(keep)
+                rows, mask, token, done = rows[keep], mask[keep], token[keep], done[keep]
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
+            positions = mask.sum(-1, keepdim=True) - 1
+            step_ids = token[:, None]
+        return out
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int | None = None) -> list[list[Completion]]:
@@ -169,7 +207,8 @@ class HFEngine(Engine):
         sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None) if greedy else \
             dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)  # top_k off, as vLLM's -1
         device = next(self.model.parameters()).device
-        static = self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy)
+        own_loop = greedy and self.drop_finished
+        static = not own_loop and (self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy))
         if static:
             sampling["cache_implementation"] = "static"
         if gathered_fsdp(self.model):  # whole for generation (sharding.unsharded): no rank waits on another's decoding
@@ -191,6 +230,10 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+                    if own_loop:
+                        for r, new in zip(batch, self._greedy(input_ids, mask, max_new_tokens)):
+                            outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
+                        continue
                     shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n)
                     out = self.model.generate(input_ids=input_ids, attention_mask=mask, **sampling,
                                               max_new_tokens=max_new_tokens, eos_token_id=self.stops,

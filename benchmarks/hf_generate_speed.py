@@ -12,8 +12,9 @@ Variants, each adding one lever to the one before (`engine.hf_*` settings of HFE
 `before` (dynamic KV cache, prompts in input order, key/value heads copied per query head, as
 transformers' "sdpa" does with a padding mask), `+grouped_kv`, `+static` (preallocated KV cache),
 `+sorted` (prompts batched by length); `+shared_prefix` is `+grouped_kv` with one prefill per distinct
-prompt for its n samples; `default` is what `EngineConfig` sets (grouped heads, the static cache for greedy
-decoding only, input order, shared prefixes). Variants run in rounds (A B C D, A B C D, ...) so a load
+prompt for its n samples; `auto_cache` adds the static cache for greedy decoding only, and `+drop_finished`
+replaces it by the kit's greedy loop that drops a row from the batch once it has ended; `default` is what
+`EngineConfig` sets. Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D, ...) so a load
 change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
 ratio to `before`, and whether the outputs equal `before`'s: greedy, every pass's parsed output and token
 count; sampled, every sample's tokens (the seeded draws follow the batch order, so `+sorted` draws others).
@@ -38,13 +39,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from acesql_lib.config import REPO_ROOT  # noqa: E402
 
 VARIANTS = {  # name: HFEngine keyword arguments
-    "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False),
-    "+grouped_kv": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=False),
-    "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False),
-    "+sorted": dict(cache="static", sort_by_length=True, grouped_kv=True, share_prefix=False),
+    "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),
+    "+grouped_kv": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
+    "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
+    "+sorted": dict(cache="static", sort_by_length=True, grouped_kv=True, share_prefix=False, drop_finished=False),
     # +grouped_kv with one prefill per distinct prompt for its n samples (dynamic cache only)
-    "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True),
-    "default": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True),  # EngineConfig's defaults
+    "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
+    # the defaults before greedy rows left the batch when they end: the static cache for greedy decoding
+    "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
+    # + greedy decoding in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
+    "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True),
+    "default": {},  # EngineConfig's defaults
 }
 
 
@@ -56,6 +61,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS)[:4], choices=list(VARIANTS))
     ap.add_argument("--workloads", nargs="+", default=["greedy", "sampled"], choices=["greedy", "sampled"])
+    ap.add_argument("--greedy-batch", type=int, default=None,
+                    help="rows per greedy call (default: the profile's engine.hf_greedy_batch_size)")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "reports" / "benchmarks" / "hf_generate_speed.json")
     args = ap.parse_args()
 
@@ -81,9 +88,13 @@ def main() -> None:
         attach(pool_schemas[ex.db_id], ex.db_path, cfg.data, paths.run / "values_index")
     pool_tasks = [Task(ex, pool_schemas[ex.db_id]) for ex in pool]
     spec = SamplingSpec.distill(cfg, 0)
+    greedy_batch = args.greedy_batch or cfg.engine.hf_greedy_batch_size
+    defaults = dict(batch_size=cfg.engine.hf_batch_size, greedy_batch_size=greedy_batch, cache=cfg.engine.hf_cache,
+                    sort_by_length=cfg.engine.hf_sort_by_length, share_prefix=cfg.engine.hf_share_prefix,
+                    drop_finished=cfg.engine.hf_drop_finished)
 
     def run(variant: str, workload: str) -> dict:
-        engine = HFEngine(model, tokenizer, batch_size=cfg.engine.hf_batch_size, **VARIANTS[variant])
+        engine = HFEngine(model, tokenizer, **{**defaults, **VARIANTS[variant]})
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
@@ -112,7 +123,8 @@ def main() -> None:
                       f"{res['tokens']} tokens, score {res['score']:.1f}", flush=True)
 
     table = {"profile": args.profile, "model": args.model, "questions": args.questions, "rounds": args.rounds,
-             "torch_threads": torch.get_num_threads(), "hf_batch_size": cfg.engine.hf_batch_size, "workloads": {}}
+             "torch_threads": torch.get_num_threads(), "hf_batch_size": cfg.engine.hf_batch_size,
+             "greedy_batch": greedy_batch, "workloads": {}}
     for workload, by_variant in raw.items():
         rows = {}
         base = by_variant[args.variants[0]]

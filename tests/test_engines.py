@@ -268,13 +268,14 @@ def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts
     model, tokenizer = trained
     many = [prompts[i % 3] + " " * (i // 3) for i in range(7)]
     calls: list[int] = []
-    real = model.generate
+    real, greedy = model.generate, HFEngine._greedy
 
     def counted(*args, **kw):
         calls.append(kw["input_ids"].shape[0])
         return real(*args, **kw)
 
     monkeypatch.setattr(model, "generate", counted)
+    monkeypatch.setattr(HFEngine, "_greedy", lambda self, ids, *a: calls.append(ids.shape[0]) or greedy(self, ids, *a))
     one = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=16)
     split = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=3)
     assert _ids(one.generate(many, temperature=0.0, max_new_tokens=16)) == \
@@ -285,3 +286,41 @@ def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts
     assert calls == [2, 2, 2]  # batch_size rows per call when sampling
     assert _ids(sampled) == _ids(HFEngine(model, tokenizer, batch_size=2).generate(many[:3], n=2, temperature=1.0,
                                                                                    max_new_tokens=8, seed=1))
+
+
+def _stopping_prompts(tokenizer) -> list[str]:
+    """Prompts whose greedy answers end at different steps, some not within 24 tokens."""
+    return [_chat(tokenizer, q) for q in [f"question {i} about singer {i % 7}" for i in range(0, 60, 7)]
+            + ["how many", "question 10 about singer 3 and a much longer tail to pad the others"]]
+
+
+def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
+    """The kit's greedy loop (`drop_finished`) returns what `generate` returns, token for token, for rows
+    that end early, late and never (truncated), with n copies, on a LoRA model too; and ended rows do leave
+    the batch: the policy's forward sees fewer rows than the batch before the longest answer ends."""
+    model, tokenizer = trained
+    ask = _stopping_prompts(tokenizer)
+    ours, theirs = (HFEngine(model, tokenizer, drop_finished=drop, cache=cache).generate(
+        ask, n=2, temperature=0.0, max_new_tokens=24) for drop, cache in ((True, "auto"), (False, "dynamic")))
+    assert _ids(ours) == _ids(theirs)
+    assert [[(c.text, c.truncated) for c in g] for g in ours] == [[(c.text, c.truncated) for c in g] for g in theirs]
+    lengths = sorted({c.n_tokens for g in ours for c in g})
+    assert len(lengths) >= 3 and any(c.truncated for g in ours for c in g), lengths  # ends spread, some run on
+    assert _ids(HFEngine(model, tokenizer, drop_finished=False, cache="static").generate(
+        ask, temperature=0.0, max_new_tokens=24)) == [g[:1] for g in _ids(ours)]
+
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        HFEngine(model, tokenizer).generate(ask, temperature=0.0, max_new_tokens=24)
+    finally:
+        hook.remove()
+    assert rows[0] == len(ask) and len(rows) == max(lengths)  # one forward per step, until the longest ends
+    assert rows == sorted(rows, reverse=True) and rows[-1] < len(ask) / 2 + 1  # half the rows gone at least once
+
+    torch.manual_seed(3)
+    peft_model = apply_lora(build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                                             intermediate_size=128, max_position=256), LoraSpec(r=4, alpha=8, dropout=0.0))
+    assert _ids(HFEngine(peft_model, tokenizer).generate(ask, temperature=0.0, max_new_tokens=10)) == \
+        _ids(HFEngine(peft_model, tokenizer, drop_finished=False, cache="dynamic").generate(
+            ask, temperature=0.0, max_new_tokens=10))
