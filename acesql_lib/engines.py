@@ -84,6 +84,12 @@ def _make_completion(ids: Sequence[int], stops: set[int], max_new_tokens: int, t
 # transformers
 
 
+def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
+    """The position of each token of a left-padded batch, as `generate` gives them: the attention mask's running
+    count (padding at 1; masked out, so its value never reaches a real token)."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
 class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
@@ -155,7 +161,7 @@ class HFEngine(Engine):
         from transformers import DynamicCache
 
         ids, keep = input_ids[firsts, :-1], mask[firsts, :-1]
-        positions = (keep.long().cumsum(-1) - 1).masked_fill(keep == 0, 0)
+        positions = _padded_positions(keep)
         cache = DynamicCache(config=self.model.config)
         self.model(input_ids=ids, attention_mask=keep, position_ids=positions, past_key_values=cache, use_cache=True,
                    logits_to_keep=1)
@@ -176,7 +182,7 @@ class HFEngine(Engine):
         rows = torch.arange(input_ids.shape[0], device=input_ids.device)  # the batch row of each row still held
         done = torch.zeros_like(rows, dtype=torch.bool)
         out: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        positions = _padded_positions(mask)
         step_ids = input_ids
         for step in range(max_new_tokens):
             logits = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,

@@ -175,10 +175,6 @@ def pytester_env():
     return run
 
 
-if __name__ == "__main__":
-    print(json.dumps(run_parity(Path(sys.argv[1]), in_process=sys.argv[2] == "in_process")), flush=True)
-
-
 def _setup_script(venv, **env):
     return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "setup_vllm_cpu.sh"), str(venv)], capture_output=True,
                           text=True, timeout=60, env={**os.environ, "PYTHON": "/bin/false", **env})
@@ -204,3 +200,7 @@ def test_a_build_stamped_with_the_current_pins_is_ready_without_importing_vllm(t
     (venv / ".installed").write_text("0" * 64 + "\n")  # pins changed since: the check runs (and fails here)
     done = _setup_script(venv)
     assert done.returncode != 0 and ran.exists()
+
+
+if __name__ == "__main__":
+    print(json.dumps(run_parity(Path(sys.argv[1]), in_process=sys.argv[2] == "in_process")), flush=True)
