@@ -25,6 +25,7 @@ count; sampled, every sample's tokens (the seeded draws follow the batch order, 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -38,7 +39,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from acesql_lib.config import REPO_ROOT  # noqa: E402
 
-VARIANTS = {  # name: HFEngine keyword arguments
+VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.from_config)
     "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),
     "+grouped_kv": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
     "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
@@ -89,12 +90,14 @@ def main() -> None:
     pool_tasks = [Task(ex, pool_schemas[ex.db_id]) for ex in pool]
     spec = SamplingSpec.distill(cfg, 0)
     greedy_batch = args.greedy_batch or cfg.engine.hf_greedy_batch_size
-    defaults = dict(batch_size=cfg.engine.hf_batch_size, greedy_batch_size=greedy_batch, cache=cfg.engine.hf_cache,
-                    sort_by_length=cfg.engine.hf_sort_by_length, share_prefix=cfg.engine.hf_share_prefix,
-                    drop_finished=cfg.engine.hf_drop_finished)
+    engine_cfg = dataclasses.replace(cfg.engine, hf_greedy_batch_size=greedy_batch)
 
     def run(variant: str, workload: str) -> dict:
-        engine = HFEngine(model, tokenizer, **{**defaults, **VARIANTS[variant]})
+        engine = HFEngine.from_config(engine_cfg, model, tokenizer)  # the profile's engine, then the variant's levers
+        for lever, value in VARIANTS[variant].items():
+            if not hasattr(engine, lever):
+                raise AttributeError(f"variant {variant}: HFEngine has no setting {lever!r}")
+            setattr(engine, lever, value)
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
