@@ -816,8 +816,11 @@ def main(argv: list[str] | None = None) -> None:
 
     overrides = {**ABLATIONS[args.variant], **parse_overrides(args.set)}
     ctx = RunContext.create(args.config, overrides)
-    trainer = build_trainer(ctx.cfg, ctx.paths, args.variant)
-    trainer.train(stop_after=args.stop_after)
+    from .process_group import closed_at_the_end
+
+    with closed_at_the_end():
+        trainer = build_trainer(ctx.cfg, ctx.paths, args.variant)
+        trainer.train(stop_after=args.stop_after)
 
 
 if __name__ == "__main__":

@@ -350,6 +350,13 @@ def read_samples(path: str | Path) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> SFTResult:
+    from .process_group import closed_at_the_end
+
+    with closed_at_the_end():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> SFTResult:
     from .config import load_config
     from .models import load_policy, training_dtype
 

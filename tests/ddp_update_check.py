@@ -11,6 +11,7 @@ import torch
 
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import build_trainer
+from acesql_lib.process_group import closed_at_the_end
 from acesql_lib.testing import rl_overrides
 
 
@@ -42,4 +43,5 @@ def main(mode: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    with closed_at_the_end():
+        main(sys.argv[1])

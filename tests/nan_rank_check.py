@@ -11,6 +11,7 @@ import torch
 
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import NonFiniteLoss, build_trainer
+from acesql_lib.process_group import closed_at_the_end
 from acesql_lib.testing import rl_overrides
 
 
@@ -32,4 +33,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with closed_at_the_end():
+        main()
