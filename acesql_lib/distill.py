@@ -31,7 +31,8 @@ from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .task import Task
 from .routes import route_share
 from .schema import Schema
-from .timing import PHASES_LOG, append_phases, totals
+from .timing import PHASES_LOG, append_phases, since, totals
+from .timing import add as add_phases
 
 
 # ---------------------------------------------------------------------------------------------
@@ -99,9 +100,14 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str | None = None, progress: bool = True, model: str = "") -> list[dict[str, Any]]:
+                     style: str | None = None, progress: bool = True, model: str = "",
+                     model_path: str | Path | None = None) -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
-    not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted."""
+    not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted.
+
+    With `distill.workers` above 1 and the `model_path` that `engine` serves, the missing shards are rolled out
+    by that many worker processes, each with its own copy of the model and engine (acesql_lib/workers.py): each
+    shard has its own seed, so its rollouts are those of this process, bit for bit."""
     if cfg.data.stage1_source == "authors":
         raise RuntimeError("data.stage1_source is 'authors': stage 1 comes from the authors' release, so there is "
                            "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
@@ -111,31 +117,71 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
     (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
-    records: list[dict[str, Any]] = []
-    starts = list(range(0, len(tasks), d.shard_size))
+    shards = {k: tasks[s:s + d.shard_size] for k, s in enumerate(range(0, len(tasks), d.shard_size))}
     t0, phases_before = time.perf_counter(), totals()
+    done = {k: lines for k in shards if (lines := _finished_shard(shard_dir, k, shards[k])) is not None}
+    missing = [k for k in shards if k not in done]
     bar = tqdm(total=len(tasks), desc="distillation", unit="question", disable=not progress)
-    for k, s in enumerate(starts):
-        path = shard_dir / f"shard-{k:05d}.jsonl"
-        chunk = tasks[s:s + d.shard_size]
-        if path.exists():
-            done = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            if [r["qid"] for r in done] == [t.qid for t in chunk]:
-                records.extend(done)
-                bar.update(len(chunk))
-                continue
-        # judged as GRPO rewards (RolloutSpec.distill: grpo.*'s parsers, truncation, SQL text and column sets)
-        rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
-        lines = [_record(r) for r in rolls]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
-        tmp.replace(path)  # a shard exists whole or not at all
-        records.extend(lines)
-        bar.update(len(chunk))
+    bar.update(sum(len(shards[k]) for k in done))
+    if d.workers > 1 and model_path is not None and len(missing) > 1:
+        from .workers import Job, run_jobs
+
+        n = min(d.workers, len(missing))
+        jobs = [Job(f"shards {missing[j::n]}", "acesql_lib.distill:distill_shards", shard_dir / f"worker-{j}.log",
+                    {"cfg": cfg, "shards": {k: shards[k] for k in missing[j::n]}, "shard_dir": shard_dir,
+                     "model_path": str(model_path), "style": style})
+                for j in range(n)]
+        for seconds in run_jobs(jobs, n, "distillation workers", progress):
+            add_phases(seconds)
+        for k in missing:
+            done[k] = _finished_shard(shard_dir, k, shards[k])
+            bar.update(len(shards[k]))
+    else:
+        for k in missing:
+            done[k] = _rollout_shard(cfg, k, shards[k], engine, tokenizer, style, shard_dir)
+            bar.update(len(shards[k]))
     bar.close()
     append_phases(Path(out_dir) / PHASES_LOG, "distill", phases_before, time.perf_counter() - t0,
                   questions=len(tasks))
-    return records
+    return [line for k in shards for line in done[k]]
+
+
+def _finished_shard(shard_dir: Path, k: int, chunk: Sequence[Task]) -> list[dict[str, Any]] | None:
+    """Shard k's records when its file holds exactly `chunk`'s questions, else None (to roll out)."""
+    path = shard_dir / f"shard-{k:05d}.jsonl"
+    if not path.exists():
+        return None
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines if [r["qid"] for r in lines] == [t.qid for t in chunk] else None
+
+
+def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, tokenizer: Any, style: str,
+                   shard_dir: Path) -> list[dict[str, Any]]:
+    # judged as GRPO rewards (RolloutSpec.distill: grpo.*'s parsers, truncation, SQL text and column sets)
+    rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
+    lines = [_record(r) for r in rolls]
+    path = shard_dir / f"shard-{k:05d}.jsonl"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    tmp.replace(path)  # a shard exists whole or not at all
+    return lines
+
+
+def distill_shards(cfg: Config, shards: dict[int, Sequence[Task]], shard_dir: Path, model_path: str,
+                   style: str) -> dict[str, float]:
+    """A distillation worker's shards, with the model and engine notebook 02 builds; its phase seconds."""
+    from .engines import make_engine
+    from .models import load_policy
+
+    before = totals()
+    model, tokenizer = load_policy(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
+    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    try:
+        for k, chunk in shards.items():
+            _rollout_shard(cfg, k, chunk, engine, tokenizer, style, Path(shard_dir))
+    finally:
+        engine.close()
+    return since(before)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -301,7 +301,7 @@ def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str
     db_root = resolve(eval_set.db_root)
     databases = sorted((str(f.relative_to(db_root)), f.stat().st_size, f.stat().st_mtime_ns)
                        for f in db_root.rglob("*.sqlite")) if db_root.is_dir() else []  # a rebuilt database: afresh
-    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "workers", "reuse")}
+    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "ablation_workers", "workers", "reuse")}
     return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest,
             "databases": settings_hash(databases), "eval": ev, "engine": dataclasses.asdict(cfg.engine),
             "data": settings_hash(dataclasses.asdict(cfg.data)), "style": cfg.model.prompt_style,
