@@ -276,6 +276,12 @@ class EngineConfig:
     # greedy decoding drops a row from the batch once it has ended (the kit's loop, `HFEngine._greedy`) instead of
     # decoding every row until the longest ends: the same tokens (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
+    # Independent jobs that decode run this many at a time, each in its own process with its own model and engine
+    # (acesql_lib/workers.py): the distillation's shards, notebook 05's checkpoints, notebook 06's variants. The
+    # same numbers bit for bit; faster where decoding is bound by Python (small models on CPU cores, where a second
+    # process uses the cores the first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part
+    # of any reuse key
+    workers: PositiveInt = 1
 
     def __post_init__(self) -> None:
         _validate_fields(self, "engine")
@@ -303,10 +309,6 @@ class DistillConfig:
     rl_candidates: NonNegativeInt = 0  # rl_selection "sft_model": questions the SFT model rolls out; 0: the distilled ones
     sft_excludes_validation: bool = True  # UNKNOWN (§3.4 "held-out"): keep the validation pairs out of the SFT data
     shard_size: PositiveInt = 256  # questions per distillation shard; a killed run loses at most one
-    # Shards rolled out at once, each worker process with its own copy of the model (acesql_lib/workers.py): the
-    # same rollouts bit for bit, faster where decoding is bound by Python (small models on CPU cores); 1 = in the
-    # notebook's process (GPUs, vLLM engines)
-    workers: PositiveInt = 1
     exec_timeout_s: PositiveFloat = 30.0
     compare_mode: CompareMode = "multiset"  # §4 step 4: training match is a multiset, floats rounded to 6 places
 
@@ -470,10 +472,6 @@ class EvalConfig:
     retriever_parser: AuthorsOrKit = "authors"  # §5 silent; the authors' EVAL parser (first list, table expansion, JSON); "kit"
     generator_parser: AuthorsOrKit = "authors"  # §5 silent; the authors' EVAL/sql_infer.py SQL extraction (fallbacks); "kit"
     ablation_sets: list[str] = field(default_factory=list)  # sets the ablation variants are evaluated on; [] = the first (§6: BIRD dev)
-    # Notebook 06's variants trained and evaluated at once, each in its own process (acesql_lib/variants.py): the
-    # same numbers bit for bit, faster where decoding is bound by Python (small models on CPU cores); 1 = one after
-    # another in the notebook's process (GPUs, vLLM engines)
-    ablation_workers: PositiveInt = 1
     reuse: bool = True  # an evaluation of the same model, set, settings and code is read back, not redone (evaluate.eval_key)
 
     def ablation_eval_sets(self) -> list[EvalSet]:

@@ -105,7 +105,7 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
     not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted.
 
-    With `distill.workers` above 1 and the `model_path` that `engine` serves, the missing shards are rolled out
+    With `engine.workers` above 1 and the `model_path` that `engine` serves, the missing shards are rolled out
     by that many worker processes, each with its own copy of the model and engine (acesql_lib/workers.py): each
     shard has its own seed, so its rollouts are those of this process, bit for bit."""
     if cfg.data.stage1_source == "authors":
@@ -123,10 +123,10 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     missing = [k for k in shards if k not in done]
     bar = tqdm(total=len(tasks), desc="distillation", unit="question", disable=not progress)
     bar.update(sum(len(shards[k]) for k in done))
-    if d.workers > 1 and model_path is not None and len(missing) > 1:
+    if cfg.engine.workers > 1 and model_path is not None and len(missing) > 1:
         from .workers import Job, run_jobs
 
-        n = min(d.workers, len(missing))
+        n = min(cfg.engine.workers, len(missing))
         jobs = [Job(f"shards {missing[j::n]}", "acesql_lib.distill:distill_shards", shard_dir / f"worker-{j}.log",
                     {"cfg": cfg, "shards": {k: shards[k] for k in missing[j::n]}, "shard_dir": shard_dir,
                      "model_path": str(model_path), "style": style})

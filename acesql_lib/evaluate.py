@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config, EvalSet
-from .reuse_keys import code_hash, settings_hash
+from .reuse_keys import code_hash, engine_key, settings_hash
 from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
@@ -301,9 +301,9 @@ def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str
     db_root = resolve(eval_set.db_root)
     databases = sorted((str(f.relative_to(db_root)), f.stat().st_size, f.stat().st_mtime_ns)
                        for f in db_root.rglob("*.sqlite")) if db_root.is_dir() else []  # a rebuilt database: afresh
-    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "ablation_workers", "workers", "reuse")}
+    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "workers", "reuse")}
     return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest,
-            "databases": settings_hash(databases), "eval": ev, "engine": dataclasses.asdict(cfg.engine),
+            "databases": settings_hash(databases), "eval": ev, "engine": engine_key(cfg.engine),
             "data": settings_hash(dataclasses.asdict(cfg.data)), "style": cfg.model.prompt_style,
             "dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "code": code_hash(*EVAL_CODE)}
 
@@ -370,6 +370,24 @@ def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: 
                                                                     checkpoint=checkpoint) for s in eval_sets}
     finally:
         checkpoint.close()
+
+
+def evaluate_checkpoints(cfg: Config, paths: Paths, checkpoints: Mapping[str, str | Path],
+                         eval_sets: Sequence[EvalSet | str], progress: bool = True) -> dict[tuple[str, str], EvalResult]:
+    """`evaluate_sets` for each stage -> model path of `checkpoints`; results by (stage, set name). In this
+    process, or `engine.workers` checkpoints at a time in worker processes (acesql_lib/workers.py), each with its
+    own model and engine: the same records, bit for bit."""
+    if cfg.engine.workers <= 1 or len(checkpoints) <= 1:
+        return {(stage, name): result for stage, path in checkpoints.items()
+                for name, result in evaluate_sets(cfg, paths, path, eval_sets, stage, progress).items()}
+    from .workers import Job, run_jobs
+
+    jobs = [Job(stage, "acesql_lib.evaluate:evaluate_sets", paths.eval_dir / f"{stage}.worker.log",
+                {"cfg": cfg, "paths": paths, "model_path": str(path), "eval_sets": list(eval_sets), "stage": stage,
+                 "progress": progress})
+            for stage, path in checkpoints.items()]
+    done = run_jobs(jobs, cfg.engine.workers, "evaluations", progress)
+    return {(stage, name): result for stage, results in zip(checkpoints, done) for name, result in results.items()}
 
 
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,

@@ -45,6 +45,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
 from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .task import Task
 from .routes import rollout_route_records, route_share
+from .reuse_keys import engine_key
 from .sharding import (full_state_dict, is_sharded, kit_fsdp2, reduce_gradients_in_fp32, shard_policy, shard_reference,
                        unsharded)
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
@@ -715,7 +716,7 @@ def run_settings(cfg: Config, paths: Any) -> dict[str, Any]:
     def digest(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
 
-    return {"grpo": dataclasses.asdict(cfg.grpo), "engine": dataclasses.asdict(cfg.engine), "seed": cfg.seed,
+    return {"grpo": dataclasses.asdict(cfg.grpo), "engine": engine_key(cfg.engine), "seed": cfg.seed,
             "start_model": model_tag(paths.sft_model), "reference": cfg.grpo.reference_model,
             "pool": digest(paths.rl_data / "pool.json"), "rl_questions": digest(paths.rl_data / "rl_questions.json"),
             **({"stage1_source": "authors"} if cfg.data.stage1_source == "authors" else {})}

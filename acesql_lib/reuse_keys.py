@@ -47,3 +47,11 @@ def code_hash(*modules: str, length: int = 16) -> str:
         else:
             raise FileNotFoundError(f"code_hash: no module or package {m!r} in {here}")
     return source_digest(files, length)
+
+
+def engine_key(engine: Any) -> dict[str, Any]:
+    """The engine settings a run's or an evaluation's key holds: all but `workers`, which decides how many
+    processes share the work, not what any of them computes (acesql_lib/workers.py)."""
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(engine).items() if k != "workers"}

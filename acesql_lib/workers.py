@@ -87,10 +87,24 @@ def _start(job: Job, threads: int) -> subprocess.Popen:
     job.log.parent.mkdir(parents=True, exist_ok=True)
     _result_file(job.log).unlink(missing_ok=True)
     _job_file(job.log).write_bytes(pickle.dumps({"func": job.func, "kwargs": job.kwargs, "threads": threads}))
-    env = {**os.environ, "ACESQL_PROGRESS": "text", "OMP_WAIT_POLICY": "PASSIVE"}
+    kit = str(Path(__file__).resolve().parents[1])  # the worker imports the kit this process runs
+    path = os.pathsep.join(p for p in (kit, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "ACESQL_PROGRESS": "text", "OMP_WAIT_POLICY": "PASSIVE"}
     with open(job.log, "w", encoding="utf-8") as f:  # the child keeps its own copy of the handle
         return subprocess.Popen([sys.executable, "-m", "acesql_lib.workers", str(_job_file(job.log))],
                                 stdout=f, stderr=subprocess.STDOUT, env=env)
+
+
+def probe(value: Any = None, fail: bool = False, sleep_s: float = 0.0) -> dict[str, Any]:
+    """A job that reports the process it ran in (pid, torch threads, OpenMP wait policy): the tests' job, and a
+    quick look at what a machine's workers get."""
+    import torch
+
+    time.sleep(sleep_s)
+    if fail:
+        raise ValueError(f"probe asked to fail on {value!r}")
+    return {"value": value, "pid": os.getpid(), "threads": torch.get_num_threads(),
+            "wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def call(func: str, kwargs: dict[str, Any]) -> Any:

@@ -183,3 +183,31 @@ def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, 
                        ("grpo.sql_whitespace", "collapse"), ("grpo.bare_table_columns", "anchor")):
         other = load_config("tiny", {**rules, key: value})
         assert distill.shard_settings(cfg, "tiny") != distill.shard_settings(other, "tiny"), key
+
+
+def test_shards_rolled_out_by_worker_processes_are_those_of_this_process(tasks, tmp_path):
+    """engine.workers: each shard has its own seed, so two workers with their own copies of the model roll out
+    the same records, byte for byte, as the notebook's engine; a worker that fails is named with its log."""
+    from acesql_lib.models import load_policy, save_tiny
+
+    world, ts = tasks
+    tok = train_tiny_tokenizer(list(world_text(world))[:3000], vocab_size=400)
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
+    path = save_tiny(model, tok, tmp_path / "model")
+    settings = {"distill.n_retriever": 2, "distill.n_generator": 3, "distill.max_new_tokens": 8,
+                "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
+                "model.dtype": "float32", "model.device": "cpu"}
+    one, two = (load_config("tiny", {**settings, "engine.workers": w}) for w in (1, 2))
+    model, tok = load_policy(path, dtype="float32", device="cpu")  # as notebook 02 loads it
+    here = run_distillation(one, ts, HFEngine(model, tok), tok, tmp_path / "here", style="tiny", progress=False)
+    there = run_distillation(two, ts, None, None, tmp_path / "there", style="tiny", progress=False, model_path=path)
+    assert [r["qid"] for r in there] == [t.qid for t in ts]
+    assert json.dumps(there) == json.dumps(here)
+    shards = sorted((tmp_path / "there" / "shards").glob("*/shard-*.jsonl"))
+    assert [p.name for p in shards] == ["shard-00000.jsonl", "shard-00001.jsonl", "shard-00002.jsonl"]
+    assert sorted(p.name for p in shards[0].parent.glob("worker-*.log")) == ["worker-0.log", "worker-1.log"]
+    phases = json.loads((tmp_path / "there" / "phases.jsonl").read_text().splitlines()[-1])["phases"]
+    assert phases["generation"] > 0  # the workers' generation time, counted in the stage's log
+    with pytest.raises(RuntimeError, match=r"distillation workers: job 'shards \[0, 2\]' failed.*worker-0\.log"):
+        run_distillation(two, ts, None, None, tmp_path / "broken", style="tiny", progress=False,
+                         model_path=tmp_path / "no-model")

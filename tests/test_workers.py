@@ -1,0 +1,46 @@
+"""Jobs in worker processes (acesql_lib/workers.py): results in order, each worker at this process's torch
+thread count with passive OpenMP waits, a failure named with its log, the other workers stopped."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from acesql_lib.workers import Job, call, run_jobs
+
+PROBE = "acesql_lib.workers:probe"
+
+
+@pytest.fixture
+def one_thread():
+    """This process at one torch thread (not torch's default here), so a worker at the default would show."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_results_come_back_in_job_order_from_other_processes_at_this_thread_count(tmp_path, one_thread):
+    jobs = [Job(f"probe {i}", PROBE, tmp_path / f"p{i}.log", {"value": i, "sleep_s": 0.5 * (3 - i)}) for i in range(3)]
+    out = run_jobs(jobs, workers=2, progress=False)
+    assert [r["value"] for r in out] == [0, 1, 2]  # job 0 sleeps longest and finishes last
+    assert os.getpid() not in {r["pid"] for r in out} and len({r["pid"] for r in out}) == 3
+    assert {r["threads"] for r in out} == {1} and {r["wait_policy"] for r in out} == {"PASSIVE"}
+    assert not list(tmp_path.glob("*.job")) and not list(tmp_path.glob("*.result"))  # logs stay, nothing else
+
+
+def test_a_failed_job_names_itself_and_its_log_and_stops_the_others(tmp_path):
+    jobs = [Job("slow", PROBE, tmp_path / "slow.log", {"value": "slow", "sleep_s": 60}),
+            Job("broken", PROBE, tmp_path / "broken.log", {"value": "b", "fail": True})]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"job 'broken' failed \(exit 1\).*broken\.log") as err:
+        run_jobs(jobs, workers=2, progress=False)
+    assert "probe asked to fail on 'b'" in str(err.value)  # the log's tail: the worker's traceback
+    assert time.monotonic() - start < 30  # the slow worker was stopped, not waited for
+
+
+def test_a_worker_runs_only_the_kits_functions():
+    with pytest.raises(ValueError, match="only the kit's functions"):
+        call("os:system", {"command": "true"})
