@@ -276,11 +276,11 @@ class EngineConfig:
     # greedy decoding drops a row from the batch once it has ended (the kit's loop, `HFEngine._greedy`) instead of
     # decoding every row until the longest ends: the same tokens (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
-    # Independent jobs that decode run this many at a time, each in its own process with its own model and engine
-    # (acesql_lib/workers.py): the distillation's shards, notebook 05's checkpoints, notebook 06's variants. The
-    # same numbers bit for bit; faster where decoding is bound by Python (small models on CPU cores, where a second
-    # process uses the cores the first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part
-    # of any reuse key
+    # Independent jobs that sample run this many at a time, each in its own process with its own model and engine
+    # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
+    # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
+    # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy
+    # evaluation is bound by memory instead, and notebook 05's three checkpoints took longer in two workers
     workers: PositiveInt = 1
 
     def __post_init__(self) -> None:

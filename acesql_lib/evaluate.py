@@ -372,24 +372,6 @@ def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: 
         checkpoint.close()
 
 
-def evaluate_checkpoints(cfg: Config, paths: Paths, checkpoints: Mapping[str, str | Path],
-                         eval_sets: Sequence[EvalSet | str], progress: bool = True) -> dict[tuple[str, str], EvalResult]:
-    """`evaluate_sets` for each stage -> model path of `checkpoints`; results by (stage, set name). In this
-    process, or `engine.workers` checkpoints at a time in worker processes (acesql_lib/workers.py), each with its
-    own model and engine: the same records, bit for bit."""
-    if cfg.engine.workers <= 1 or len(checkpoints) <= 1:
-        return {(stage, name): result for stage, path in checkpoints.items()
-                for name, result in evaluate_sets(cfg, paths, path, eval_sets, stage, progress).items()}
-    from .workers import Job, run_jobs
-
-    jobs = [Job(stage, "acesql_lib.evaluate:evaluate_sets", paths.eval_dir / f"{stage}.worker.log",
-                {"cfg": cfg, "paths": paths, "model_path": str(path), "eval_sets": list(eval_sets), "stage": stage,
-                 "progress": progress})
-            for stage, path in checkpoints.items()]
-    done = run_jobs(jobs, cfg.engine.workers, "evaluations", progress)
-    return {(stage, name): result for stage, results in zip(checkpoints, done) for name, result in results.items()}
-
-
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
                  progress: bool = True, checkpoint: LoadedCheckpoint | None = None) -> EvalResult:
     """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.

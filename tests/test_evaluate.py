@@ -8,8 +8,8 @@ import pytest
 
 from acesql_lib.config import EvalSet, load_config
 from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_checkpoints, evaluate_set, evaluate_sets,
-                                 ex_by_difficulty, generator_ability, retrieval_metrics, summarize, token_metrics)
+from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
+                                 retrieval_metrics, summarize, token_metrics)
 from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions
 from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.paths import Paths
@@ -193,33 +193,6 @@ def test_the_sets_of_one_checkpoint_share_one_model_and_one_engine_and_score_as_
     cached = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=True))
     read_back = evaluate_sets(cached, paths, tmp_path / "model", sets, stage="cached", progress=False)
     assert len(engines) == 1 and all(r.metrics["reused"] for r in read_back.values())  # no load, no engine
-
-
-def test_checkpoints_evaluated_in_worker_processes_give_this_process_records(bird_dir, tmp_path):
-    """Notebook 05 evaluates its checkpoints `engine.workers` at a time, each worker with its own model and
-    engine (acesql_lib/workers.py): the same records and scores as one after another here, under each stage."""
-    import dataclasses
-
-    cfg = _cfg()
-    one, two = (dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=False),
-                                    engine=dataclasses.replace(cfg.engine, workers=w)) for w in (1, 2))
-    _saved_random_model(bird_dir, tmp_path / "a")
-    import shutil
-
-    shutil.copytree(tmp_path / "a", tmp_path / "b")
-    sets = [EvalSet(name, "bird", str(bird_dir / "dev.json"), "", str(bird_dir / "dev_databases"))
-            for name in ("first", "second")]
-    checkpoints = {"base": tmp_path / "a", "sft": tmp_path / "b"}
-    here = evaluate_checkpoints(one, Paths(profile="test", run=tmp_path / "here", reports=tmp_path / "r"), checkpoints,
-                                sets, progress=False)
-    paths = Paths(profile="test", run=tmp_path / "there", reports=tmp_path / "r")
-    there = evaluate_checkpoints(two, paths, checkpoints, sets, progress=False)
-    assert list(there) == list(here) == [("base", "first"), ("base", "second"), ("sft", "first"), ("sft", "second")]
-    for key, result in there.items():
-        assert result.records == here[key].records
-        assert result.out_dir == paths.eval_dir / key[0] / key[1]
-        assert json.loads((result.out_dir / "metrics.json").read_text())["ex"] == here[key].metrics["ex"]
-    assert sorted(p.name for p in paths.eval_dir.glob("*.worker.log")) == ["base.worker.log", "sft.worker.log"]
 
 
 def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bird_dir, tmp_path, monkeypatch):
