@@ -31,8 +31,7 @@ from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .task import Task
 from .routes import route_share
 from .schema import Schema
-from .timing import PHASES_LOG, append_phases, since, totals
-from .timing import add as add_phases
+from .timing import PHASES_LOG, add_totals, append_phases, since, totals
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +131,7 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                      "model_path": str(model_path), "style": style})
                 for j in range(n)]
         for seconds in run_jobs(jobs, n, "distillation workers", progress):
-            add_phases(seconds)
+            add_totals(seconds)
         for k in missing:
             done[k] = _finished_shard(shard_dir, k, shards[k])
             bar.update(len(shards[k]))
@@ -167,15 +166,22 @@ def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, toke
     return lines
 
 
-def distill_shards(cfg: Config, shards: dict[int, Sequence[Task]], shard_dir: Path, model_path: str,
-                   style: str) -> dict[str, float]:
-    """A distillation worker's shards, with the model and engine notebook 02 builds; its phase seconds."""
+def sampling_engine(cfg: Config, model_path: str | Path) -> tuple[Any, Any]:
+    """The engine distillation samples `model_path` with, and its tokenizer: the model in the inference dtype
+    on `model.device`, the profile's engine (as notebook 02 builds them). Close the engine when done."""
     from .engines import make_engine
     from .models import load_policy
 
+    model, tokenizer = load_policy(str(model_path), dtype=cfg.model.dtype, device=cfg.model.device)
+    engine = make_engine(cfg.engine, model, tokenizer, model_path=str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
+    return engine, tokenizer
+
+
+def distill_shards(cfg: Config, shards: dict[int, Sequence[Task]], shard_dir: Path, model_path: str,
+                   style: str) -> dict[str, float]:
+    """A distillation worker's shards, with the model and engine notebook 02 builds; its phase seconds."""
     before = totals()
-    model, tokenizer = load_policy(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
-    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    engine, tokenizer = sampling_engine(cfg, model_path)
     try:
         for k, chunk in shards.items():
             _rollout_shard(cfg, k, chunk, engine, tokenizer, style, Path(shard_dir))
@@ -393,8 +399,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
     of the SFT data) and out of the training set. The initial pool is built from these rollouts, as stage 1
     builds it from its own. Writes `rl_questions.json`, `pool.json` and `summary.json` to `paths.rl_data`;
     a rerun with the same settings and model reads the finished products back."""
-    from .engines import make_engine
-    from .models import load_policy, model_tag
+    from .models import model_tag
 
     if cfg.data.stage1_source == "authors":
         raise ValueError("distill.rl_selection 'sft_model' needs the kit's own stage 1 (data.stage1_source: ours); "
@@ -415,8 +420,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
     tasks, skipped = usable(make_tasks(rl_candidates(cfg, paths), cfg.data.n_example_values,
                                        cfg.data.example_max_chars, cfg.data, Path(paths.run) / "values_index"),
                             d.exec_timeout_s)
-    model, tokenizer = load_policy(model_path, dtype=cfg.model.dtype, device=cfg.model.device)
-    engine = make_engine(cfg.engine, model, tokenizer, model_path=model_path, dtype=cfg.model.dtype, seed=cfg.seed)
+    engine, tokenizer = sampling_engine(cfg, model_path)
     try:
         records = run_distillation(cfg, tasks, engine, tokenizer, out, style=cfg.model.prompt_style,
                                    progress=progress, model=model_tag(model_path))

@@ -5,6 +5,7 @@ not change it, a code edit does). Each artefact's builder names its own settings
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -52,6 +53,4 @@ def code_hash(*modules: str, length: int = 16) -> str:
 def engine_key(engine: Any) -> dict[str, Any]:
     """The engine settings a run's or an evaluation's key holds: all but `workers`, which decides how many
     processes share the work, not what any of them computes (acesql_lib/workers.py)."""
-    import dataclasses
-
     return {k: v for k, v in dataclasses.asdict(engine).items() if k != "workers"}

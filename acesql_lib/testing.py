@@ -69,4 +69,3 @@ def build_rl_run(root: Path) -> Path:
         "train": [dataclasses.asdict(e) for e in chosen[:N_TRAIN]],
         "validation": [dataclasses.asdict(e) for e in chosen[N_TRAIN:]]}))
     return run
-

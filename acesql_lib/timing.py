@@ -34,7 +34,7 @@ def totals() -> dict[str, float]:
     return dict(_TOTALS)
 
 
-def add(seconds: Mapping[str, float]) -> None:
+def add_totals(seconds: Mapping[str, float]) -> None:
     """Count another process's phase seconds (a worker's `since`) in this process's totals: a stage that
     ran in workers then logs their time, summed over the workers."""
     for k, v in seconds.items():
