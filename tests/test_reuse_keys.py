@@ -105,3 +105,21 @@ def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
     before = reuse_keys.code_hash("executor")
     (pkg / "executor" / "sandbox.py").write_text("LIMIT = 2\n")
     assert reuse_keys.code_hash("executor") != before
+
+
+def test_engine_workers_is_in_no_reuse_key_and_every_other_engine_setting_is(tmp_path):
+    """How many processes share the work changes no number (acesql_lib/workers.py), so a GRPO run and an
+    evaluation keep their keys when `engine.workers` changes; any other engine setting still changes them."""
+    from acesql_lib.evaluate import eval_key
+    from acesql_lib.grpo import run_settings
+    from acesql_lib.paths import Paths
+
+    def keys(**overrides):
+        cfg = load_config("tiny", {"run_dir": str(tmp_path / "run"), **overrides})
+        paths = Paths.from_config(cfg)
+        return run_settings(cfg, paths), eval_key(cfg, tmp_path / "model", cfg.eval.sets[0])
+
+    one, two = keys(**{"engine.workers": 1}), keys(**{"engine.workers": 3})
+    assert one == two
+    other = keys(**{"engine.workers": 1, "engine.hf_batch_size": 7})
+    assert other[0] != one[0] and other[1] != one[1]
