@@ -273,8 +273,9 @@ class EngineConfig:
     # tokens (the tiny distillation's 768 samples of 64 questions all equal), sampled rollouts 1.3-1.5x faster
     # (benchmarks/hf_generate_speed.py)
     hf_share_prefix: bool = True
-    # greedy decoding drops a row from the batch once it has ended (the kit's loop, `HFEngine._greedy`) instead of
-    # decoding every row until the longest ends: the same tokens (benchmarks/hf_generate_speed.py)
+    # decoding, greedy and sampled, drops a row from the batch once it has ended (the kit's loop, `HFEngine._decode`)
+    # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, greedy
+    # evaluation 1.16x, sampled rollouts 1.30x (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
     # Independent jobs that sample run this many at a time, each in its own process with its own model and engine
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;

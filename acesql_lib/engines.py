@@ -90,6 +90,21 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
+def _sampling_warpers(temperature: float, top_p: float) -> Any:
+    """What `generate(do_sample=True, temperature=..., top_p=..., top_k=0)` applies to the float32 logits before its
+    draw, in its order (temperature, then top-p; each only where it changes something), or None for greedy."""
+    if temperature == 0:
+        return None
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    warpers = LogitsProcessorList()
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    return warpers
+
+
 class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
@@ -104,10 +119,10 @@ class HFEngine(Engine):
     evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
     attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
     less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it
-    (`_shared_prefix`; not with the static cache). With `drop_finished`, greedy decoding runs the kit's own loop
-    (`_greedy`, dynamic cache) that drops a row from the batch once it has ended, where `generate` decodes every
-    row until the longest ends: the same tokens (greedy tokens do not depend on the batch's rows), fewer rows
-    per step.
+    (`_shared_prefix`; not with the static cache). With `drop_finished`, decoding runs the kit's own loop
+    (`_decode`, dynamic cache) that drops a row from the batch once it has ended, where `generate` decodes every
+    row until the longest ends: the same tokens (a row's logits do not depend on the batch's other rows, and a
+    sampled step draws its noise for the whole batch, as `generate` does), fewer rows per step.
     """
 
     kind = "hf"
@@ -168,26 +183,40 @@ class HFEngine(Engine):
         cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
         return cache
 
-    def _greedy(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int) -> list[list[int]]:
-        """Greedy decoding of a left-padded batch, each row's new tokens up to its stop token: what
-        `generate(do_sample=False)` returns, but ended rows leave the batch (their KV cache, mask and position
-        rows dropped) once they are half of the rows held, so a step costs about the rows still decoding, not
-        the whole batch until its longest answer ends (dropping at every end was no faster on the tiny
-        evaluation: each drop copies the cache). Positions and masks are those `generate` gives a left-padded row;
-        the next token is the argmax of the float32 logits, as `generate` takes it."""
+    def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, cache: Any = None,
+                temperature: float = 0.0, top_p: float = 1.0) -> list[list[int]]:
+        """Decoding of a left-padded batch, each row's new tokens up to its stop token: what `generate` returns
+        (greedy at temperature 0, sampled otherwise), but ended rows leave the batch (their KV cache, mask and
+        position rows dropped) once they are half of the rows held, so a step costs about the rows still decoding,
+        not the whole batch until its longest answer ends (dropping at every end was no faster on the tiny
+        evaluation: each drop copies the cache). `cache` holds the prompts but their last token
+        (`_shared_prefix`), or None. Positions and masks are those `generate` gives a left-padded row; the logits are
+        taken in float32, as `generate` takes them. Greedy: their argmax. Sampled: `generate`'s warpers (temperature,
+        then top-p) and its draw, made the way `torch.multinomial` makes one sample (argmax of the probabilities over
+        exponential noise); the noise is drawn for the whole batch at every step, ended rows included, so the random
+        stream, and with it every sample and the generator's state afterwards, is `generate`'s."""
         from transformers import DynamicCache
 
+        warpers = _sampling_warpers(temperature, top_p)
         stops = torch.tensor(sorted(self.stops), device=input_ids.device)
-        cache = DynamicCache(config=self.model.config)
-        rows = torch.arange(input_ids.shape[0], device=input_ids.device)  # the batch row of each row still held
+        held = input_ids.shape[0]
+        rows = torch.arange(held, device=input_ids.device)  # the batch row of each row still held
         done = torch.zeros_like(rows, dtype=torch.bool)
-        out: list[list[int]] = [[] for _ in range(input_ids.shape[0])]
+        out: list[list[int]] = [[] for _ in range(held)]
         positions = _padded_positions(mask)
-        step_ids = input_ids
+        if cache is None:
+            cache, step_ids = DynamicCache(config=self.model.config), input_ids
+        else:
+            step_ids, positions = input_ids[:, -1:], positions[:, -1:]
         for step in range(max_new_tokens):
             logits = self.model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                                 use_cache=True, logits_to_keep=1).logits[:, -1].float()
-            token = logits.argmax(-1)
+            if warpers is None:
+                token = logits.argmax(-1)
+            else:
+                probs = torch.softmax(warpers(None, logits), dim=-1)
+                noise = torch.empty(held, probs.shape[-1], device=probs.device).exponential_(1)
+                token = (probs / (noise if probs.shape[0] == held else noise[rows])).argmax(-1)
             for r, t, d in zip(rows.tolist(), token.tolist(), done.tolist()):
                 if not d:
                     out[r].append(t)
@@ -213,7 +242,7 @@ class HFEngine(Engine):
         sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None) if greedy else \
             dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)  # top_k off, as vLLM's -1
         device = next(self.model.parameters()).device
-        own_loop = greedy and self.drop_finished
+        own_loop = self.drop_finished
         static = not own_loop and (self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy))
         if static:
             sampling["cache_implementation"] = "static"
@@ -236,11 +265,13 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n)
                     if own_loop:
-                        for r, new in zip(batch, self._greedy(input_ids, mask, max_new_tokens)):
+                        new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
+                                               temperature=temperature, top_p=top_p)
+                        for r, new in zip(batch, new_ids):
                             outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
                         continue
-                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n)
                     out = self.model.generate(input_ids=input_ids, attention_mask=mask, **sampling,
                                               max_new_tokens=max_new_tokens, eos_token_id=self.stops,
                                               pad_token_id=pad, **({"past_key_values": shared} if shared else {}))

@@ -13,7 +13,7 @@ Variants, each adding one lever to the one before (`engine.hf_*` settings of HFE
 transformers' "sdpa" does with a padding mask), `+grouped_kv`, `+static` (preallocated KV cache),
 `+sorted` (prompts batched by length); `+shared_prefix` is `+grouped_kv` with one prefill per distinct
 prompt for its n samples; `auto_cache` adds the static cache for greedy decoding only, and `+drop_finished`
-replaces it by the kit's greedy loop that drops a row from the batch once it has ended; `default` is what
+decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `default` is what
 `EngineConfig` sets. Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D, ...) so a load
 change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
 ratio to `before`, and whether the outputs equal `before`'s: greedy, every pass's parsed output and token
@@ -48,7 +48,7 @@ VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.
     "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
     # the defaults before greedy rows left the batch when they end: the static cache for greedy decoding
     "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
-    # + greedy decoding in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
+    # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
     "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True),
     "default": {},  # EngineConfig's defaults
 }

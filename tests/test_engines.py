@@ -182,11 +182,15 @@ def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(tra
 
 @pytest.mark.parametrize("levers", [dict(cache="static"), dict(grouped_kv=True, cache="dynamic"),
                                     dict(grouped_kv=True, cache="static"), dict(cache="dynamic", share_prefix=True),
-                                    dict(grouped_kv=True, cache="dynamic", share_prefix=True)])
+                                    dict(grouped_kv=True, cache="dynamic", share_prefix=True),
+                                    dict(drop_finished=True), dict(drop_finished=True, share_prefix=True),
+                                    {}])
 def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, levers):
-    # n=2 and n=3 with batches of 4: a prompt's copies also fall on both sides of a batch's edge
-    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False)
-    fast = HFEngine(*trained, batch_size=4, **{"share_prefix": False, **levers})
+    # n=2 and n=3 with batches of 4: a prompt's copies also fall on both sides of a batch's edge; `plain` is
+    # transformers' `generate` itself, {} the engine's defaults
+    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False,
+                     drop_finished=False)
+    fast = HFEngine(*trained, batch_size=4, **({"share_prefix": False, "drop_finished": False, **levers} if levers else {}))
     assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
         _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
     # same batches, same seed: the same draws, so the same samples
@@ -268,14 +272,9 @@ def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts
     model, tokenizer = trained
     many = [prompts[i % 3] + " " * (i // 3) for i in range(7)]
     calls: list[int] = []
-    real, greedy = model.generate, HFEngine._greedy
-
-    def counted(*args, **kw):
-        calls.append(kw["input_ids"].shape[0])
-        return real(*args, **kw)
-
-    monkeypatch.setattr(model, "generate", counted)
-    monkeypatch.setattr(HFEngine, "_greedy", lambda self, ids, *a: calls.append(ids.shape[0]) or greedy(self, ids, *a))
+    decode = HFEngine._decode
+    monkeypatch.setattr(HFEngine, "_decode",
+                        lambda self, ids, *a, **kw: calls.append(ids.shape[0]) or decode(self, ids, *a, **kw))
     one = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=16)
     split = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=3)
     assert _ids(one.generate(many, temperature=0.0, max_new_tokens=16)) == \
@@ -324,3 +323,37 @@ def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
     assert _ids(HFEngine(peft_model, tokenizer).generate(ask, temperature=0.0, max_new_tokens=10)) == \
         _ids(HFEngine(peft_model, tokenizer, drop_finished=False, cache="dynamic").generate(
             ask, temperature=0.0, max_new_tokens=10))
+
+
+def test_dropping_ended_rows_keeps_the_sampled_tokens(trained):
+    """Sampled decoding in the kit's loop draws what `generate` draws: the same samples for rows that end early,
+    late and never, with temperature and top-p, with and without the shared prefill, over several batches of one
+    seeded call; and an unseeded call leaves the caller's generator where `generate` leaves it. Ended rows do leave
+    the batch meanwhile."""
+    model, tokenizer = trained
+    ask = _stopping_prompts(tokenizer)
+    for temperature, top_p, share in ((0.7, 0.9, True), (1.3, 1.0, False), (1.0, 0.5, True)):
+        ours, theirs = (HFEngine(model, tokenizer, batch_size=12, drop_finished=drop, share_prefix=share).generate(
+            ask, n=4, temperature=temperature, top_p=top_p, max_new_tokens=24, seed=11) for drop in (True, False))
+        assert [[(c.token_ids, c.text, c.truncated) for c in g] for g in ours] == \
+            [[(c.token_ids, c.text, c.truncated) for c in g] for g in theirs], (temperature, top_p, share)
+        lengths = {c.n_tokens for g in ours for c in g}
+        assert len(lengths) >= 3 and any(c.truncated for g in ours for c in g), lengths
+        assert len({tuple(c.token_ids) for g in ours for c in g}) > len(ask)  # the samples of a prompt differ
+
+    after = []
+    for drop in (True, False):
+        torch.manual_seed(5)
+        samples = HFEngine(model, tokenizer, drop_finished=drop).generate(ask[:4], n=3, temperature=1.0,
+                                                                          max_new_tokens=12)
+        after.append((_ids(samples), torch.rand(4).tolist()))
+    assert after[0] == after[1]
+
+    rows: list[int] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        HFEngine(model, tokenizer, batch_size=64, share_prefix=False).generate(ask, n=2, temperature=1.0,
+                                                                               max_new_tokens=24, seed=0)
+    finally:
+        hook.remove()
+    assert rows[0] == 2 * len(ask) and rows == sorted(rows, reverse=True) and rows[-1] < len(ask) + 1
