@@ -215,7 +215,10 @@ class HFEngine(Engine):
                 token = logits.argmax(-1)
             else:
                 probs = torch.softmax(warpers(None, logits), dim=-1)
-                noise = torch.empty(held, probs.shape[-1], device=probs.device).exponential_(1)
+                if not bool(((probs.max() < torch.inf) & (probs.min() >= 0)).item()):  # torch.multinomial's own check
+                    raise RuntimeError("HFEngine: the sampling probabilities hold inf, nan or a value < 0 (non-finite "
+                                       "logits from the policy)")
+                noise = torch.empty(held, probs.shape[-1], dtype=probs.dtype, device=probs.device).exponential_(1)
                 token = (probs / (noise if probs.shape[0] == held else noise[rows])).argmax(-1)
             for r, t, d in zip(rows.tolist(), token.tolist(), done.tolist()):
                 if not d:

@@ -357,3 +357,17 @@ def test_dropping_ended_rows_keeps_the_sampled_tokens(trained):
     finally:
         hook.remove()
     assert rows[0] == 2 * len(ask) and rows == sorted(rows, reverse=True) and rows[-1] < len(ask) + 1
+
+
+def test_sampling_from_non_finite_logits_fails_as_generate_does(trained, prompts):
+    """A policy whose logits are not finite stops the sampled call with an error, in the kit's loop as in
+    `generate` (torch.multinomial's check), instead of drawing arbitrary tokens."""
+    model, tokenizer = trained
+    broken = type(model)(model.config)
+    broken.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        broken.lm_head.weight[0, 0] = float("nan")
+    for drop in (True, False):
+        with pytest.raises(RuntimeError, match="inf.*nan"):
+            HFEngine(broken, tokenizer, drop_finished=drop).generate(prompts, n=2, temperature=1.0, max_new_tokens=4,
+                                                                     seed=0)
