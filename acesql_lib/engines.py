@@ -90,6 +90,64 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
+def _in_place_layer_class() -> type:
+    """`InPlaceLayer`, built on first use (transformers is imported lazily)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        """A `DynamicLayer` whose keys and values sit in buffers with room for `room` more tokens: a decoding step
+        writes its token in place, where `DynamicLayer` copies the whole cache into a new tensor at every step.
+        Attention reads the filled part, a view of the buffer."""
+
+        def __init__(self, room: int):
+            super().__init__()
+            self.room, self.filled = room, 0
+            self.k_buffer: torch.Tensor | None = None
+            self.v_buffer: torch.Tensor | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            n, new = self.filled, key_states.shape[-2]
+            if self.k_buffer is None or n + new > self.k_buffer.shape[-2]:
+                k = key_states.new_empty((*key_states.shape[:-2], n + new + self.room, key_states.shape[-1]))
+                v = value_states.new_empty((*value_states.shape[:-2], n + new + self.room, value_states.shape[-1]))
+                if n:
+                    k[..., :n, :], v[..., :n, :] = self.k_buffer[..., :n, :], self.v_buffer[..., :n, :]
+                self.k_buffer, self.v_buffer = k, v
+            self.k_buffer[..., n:n + new, :] = key_states
+            self.v_buffer[..., n:n + new, :] = value_states
+            self.filled = n + new
+            self._views()
+            return self.keys, self.values
+
+        def _views(self) -> None:
+            self.keys, self.values = self.k_buffer[..., :self.filled, :], self.v_buffer[..., :self.filled, :]
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.filled:
+                self.k_buffer, self.v_buffer = self.k_buffer[indices], self.v_buffer[indices]
+                self._views()
+
+    return InPlaceLayer
+
+
+_in_place_layer = functools.cache(_in_place_layer_class)
+
+
+def in_place_cache(model: torch.nn.Module, room: int) -> Any:
+    """A `DynamicCache` for `model` whose layers grow in place (`InPlaceLayer`), with room for `room` tokens after
+    what is first written; a model whose layers are not all plain dynamic ones (sliding windows) keeps its own."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=model.config)
+    if all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [_in_place_layer()(room) for _ in cache.layers]
+    return cache
+
+
 def _sampling_warpers(temperature: float, top_p: float) -> Any:
     """What `generate(do_sample=True, temperature=..., top_p=..., top_k=0)` applies to the float32 logits before its
     draw, in its order (temperature, then top-p; each only where it changes something), or None for greedy."""
@@ -122,14 +180,17 @@ class HFEngine(Engine):
     (`_shared_prefix`; not with the static cache). With `drop_finished`, decoding runs the kit's own loop
     (`_decode`, dynamic cache) that drops a row from the batch once it has ended, where `generate` decodes every
     row until the longest ends: the same tokens (a row's logits do not depend on the batch's other rows, and a
-    sampled step draws its noise for the whole batch, as `generate` does), fewer rows per step.
+    sampled step draws its noise for the whole batch, as `generate` does), fewer rows per step. With
+    `grow_in_place` (the kit's loop only), the KV cache has room for the call's new tokens and a step writes its
+    token in place (`in_place_cache`), where transformers' dynamic cache copies the whole cache at every step: the
+    same numbers, less memory traffic.
     """
 
     kind = "hf"
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
                  sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None,
-                 share_prefix: bool = True, drop_finished: bool = True):
+                 share_prefix: bool = True, drop_finished: bool = True, grow_in_place: bool = True):
         greedy_batch_size = batch_size if greedy_batch_size is None else greedy_batch_size
         if min(batch_size, greedy_batch_size) < 1 or cache not in ("auto", "static", "dynamic"):
             raise ValueError(f"HFEngine: batch sizes ({batch_size}, greedy {greedy_batch_size}) must be >= 1, "
@@ -137,7 +198,7 @@ class HFEngine(Engine):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.greedy_batch_size = greedy_batch_size
         self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
-        self.share_prefix, self.drop_finished = share_prefix, drop_finished
+        self.share_prefix, self.drop_finished, self.grow_in_place = share_prefix, drop_finished, grow_in_place
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
@@ -160,7 +221,8 @@ class HFEngine(Engine):
             rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
         return [rows[i: i + size] for i in range(0, len(rows), size)]
 
-    def _shared_prefix(self, input_ids: torch.Tensor, mask: torch.Tensor, batch: Sequence[int], n: int) -> Any:
+    def _shared_prefix(self, input_ids: torch.Tensor, mask: torch.Tensor, batch: Sequence[int], n: int,
+                       room: int | None = None) -> Any:
         """The KV cache of a batch's prompts but their last token, computed once per distinct prompt and
         copied to its samples (row r is a copy of prompt r // n; a prompt's copies are adjacent), or None
         when no prompt repeats. `generate` then runs only the last prompt token and the new ones: the n
@@ -177,7 +239,7 @@ class HFEngine(Engine):
 
         ids, keep = input_ids[firsts, :-1], mask[firsts, :-1]
         positions = _padded_positions(keep)
-        cache = DynamicCache(config=self.model.config)
+        cache = DynamicCache(config=self.model.config) if room is None else in_place_cache(self.model, room)
         self.model(input_ids=ids, attention_mask=keep, position_ids=positions, past_key_values=cache, use_cache=True,
                    logits_to_keep=1)
         cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
@@ -205,7 +267,8 @@ class HFEngine(Engine):
         out: list[list[int]] = [[] for _ in range(held)]
         positions = _padded_positions(mask)
         if cache is None:
-            cache, step_ids = DynamicCache(config=self.model.config), input_ids
+            cache, step_ids = (in_place_cache(self.model, max_new_tokens) if self.grow_in_place else
+                               DynamicCache(config=self.model.config)), input_ids
         else:
             step_ids, positions = input_ids[:, -1:], positions[:, -1:]
         for step in range(max_new_tokens):
@@ -268,7 +331,9 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
-                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n)
+                    room = max_new_tokens + 1 if own_loop and self.grow_in_place else None  # + the last prompt token
+                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n,
+                                                                                              room)
                     if own_loop:
                         new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
                                                temperature=temperature, top_p=top_p)

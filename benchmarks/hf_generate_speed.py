@@ -13,7 +13,9 @@ Variants, each adding one lever to the one before (`engine.hf_*` settings of HFE
 transformers' "sdpa" does with a padding mask), `+grouped_kv`, `+static` (preallocated KV cache),
 `+sorted` (prompts batched by length); `+shared_prefix` is `+grouped_kv` with one prefill per distinct
 prompt for its n samples; `auto_cache` adds the static cache for greedy decoding only, and `+drop_finished`
-decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `default` is what
+decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `copying_cache`
+is the defaults with transformers' dynamic cache in that loop (copied whole at every step) instead of the kit's
+cache that grows in place; `default` is what
 `EngineConfig` sets. Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D, ...) so a load
 change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
 ratio to `before`, and whether the outputs equal `before`'s: greedy, every pass's parsed output and token
@@ -50,6 +52,9 @@ VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.
     "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
     # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
     "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True),
+    # the defaults with transformers' dynamic cache in the kit's loop, copied whole at every step, instead of one
+    # that grows in place
+    "copying_cache": dict(grow_in_place=False),
     "default": {},  # EngineConfig's defaults
 }
 

@@ -190,7 +190,8 @@ def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, le
     # transformers' `generate` itself, {} the engine's defaults
     plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False,
                      drop_finished=False)
-    fast = HFEngine(*trained, batch_size=4, **({"share_prefix": False, "drop_finished": False, **levers} if levers else {}))
+    fast = HFEngine(*trained, batch_size=4,
+                    **({"share_prefix": False, "drop_finished": False, **levers} if levers else {}))
     assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
         _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
     # same batches, same seed: the same draws, so the same samples
@@ -371,3 +372,45 @@ def test_sampling_from_non_finite_logits_fails_as_generate_does(trained, prompts
         with pytest.raises(RuntimeError, match="inf.*nan"):
             HFEngine(broken, tokenizer, drop_finished=drop).generate(prompts, n=2, temperature=1.0, max_new_tokens=4,
                                                                      seed=0)
+
+
+def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(trained):
+    """The kit's loop's KV cache (`in_place_cache`): every update returns what transformers' dynamic cache returns,
+    written into one buffer while it has room (the dynamic cache copies the whole cache at every step), grown once
+    when the room runs out, and rows dropped as the dynamic cache drops them."""
+    from transformers import DynamicCache
+
+    from acesql_lib.engines import in_place_cache
+
+    model, _ = trained
+    ours, theirs = in_place_cache(model, room=3), DynamicCache(config=model.config)
+    assert len(ours.layers) == len(theirs.layers) == model.config.num_hidden_layers
+    torch.manual_seed(0)
+    buffers = []
+    for width in (5, 1, 1, 1, 1, 2):  # a prompt of 5, then new tokens: 3 fit the room, the 4th grows the buffer
+        k, v = torch.randn(3, 1, width, 32), torch.randn(3, 1, width, 32)
+        got, want = ours.layers[0].update(k, v), theirs.layers[0].update(k, v)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        buffers.append(ours.layers[0].k_buffer.data_ptr())
+    assert buffers[:4] == [buffers[0]] * 4 and buffers[4] != buffers[0] and buffers[5] == buffers[4]
+    for cache in (ours, theirs):
+        cache.layers[0].batch_select_indices(torch.tensor([2, 0]))
+    assert ours.get_seq_length() == theirs.get_seq_length() == 11
+    assert torch.equal(ours.layers[0].keys, theirs.layers[0].keys)
+    assert torch.equal(ours.layers[0].values, theirs.layers[0].values)
+
+
+def test_the_in_place_cache_leaves_sliding_window_layers_alone():
+    from transformers import DynamicCache, Qwen3Config
+
+    from acesql_lib.engines import in_place_cache
+
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    holder = torch.nn.Module()
+    holder.config = config
+    assert [type(layer) for layer in in_place_cache(holder, room=4).layers] == \
+        [type(layer) for layer in DynamicCache(config=config).layers]  # transformers' own, a window layer among them
+    config.use_sliding_window = False
+    config.layer_types = ["full_attention"] * 2
+    assert [type(layer).__name__ for layer in in_place_cache(holder, room=4).layers] == ["InPlaceLayer"] * 2
