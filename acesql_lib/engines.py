@@ -90,7 +90,8 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
-def _in_place_layer_class() -> type:
+@functools.cache
+def _in_place_layer() -> type:
     """`InPlaceLayer`, built on first use (transformers is imported lazily)."""
     from transformers.cache_utils import DynamicLayer
 
@@ -131,9 +132,6 @@ def _in_place_layer_class() -> type:
                 self._views()
 
     return InPlaceLayer
-
-
-_in_place_layer = functools.cache(_in_place_layer_class)
 
 
 def in_place_cache(model: torch.nn.Module, room: int) -> Any:
