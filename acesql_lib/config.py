@@ -262,8 +262,10 @@ class EngineConfig:
     # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching (the tiny
     # run's 400 evaluation questions: every prediction the same at 64 and 200, 1.39x faster; benchmarks/README.md)
     hf_greedy_batch_size: PositiveInt = 64
-    # HF generate's KV cache: "static" (preallocated, no copy per token), "dynamic" (transformers' default),
-    # "auto" = static for greedy decoding on CPU, where it is faster (benchmarks/hf_generate_speed.py), else dynamic
+    # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
+    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster
+    # (benchmarks/hf_generate_speed.py), else dynamic. The kit's loop (`hf_drop_finished`) keeps its own cache, which
+    # grows in place (`engines.in_place_cache`)
     hf_cache: HFCache = "auto"
     # batch prompts of similar token length together (less left padding): sampled rollouts 9.64 -> 8.43 s with the
     # static cache, greedy unchanged (benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets,
