@@ -171,8 +171,8 @@ class HFEngine(Engine):
     together), so a batch pads to a near length, and results come back in prompt order. `cache` (for
     `generate`, when `drop_finished` is off): "static" preallocates the KV cache (no copy per new token, but
     every step attends over the whole preallocated length), "dynamic" is transformers' default, "auto" is
-    static for greedy decoding on CPU and dynamic otherwise (benchmarks/hf_generate_speed.py: static 1.04x dynamic on the greedy
-    evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
+    static for greedy decoding on CPU and dynamic otherwise (benchmarks/hf_generate_speed.py: static 1.04x
+    dynamic on the greedy evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
     attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
     less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it
     (`_shared_prefix`; not with the static cache). With `drop_finished`, decoding runs the kit's own loop
