@@ -164,24 +164,23 @@ def _sampling_warpers(temperature: float, top_p: float) -> Any:
 class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
-    `batch_size` counts sequences (prompt copies) per sampling `generate` call, n samples of one prompt
-    included, which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls, where
-    larger batches mean fewer Python-bound decoding steps and the same tokens. Each prompt is tokenised once; with
-    `sort_by_length` the rows are batched in order of prompt length (copies of a prompt stay
-    together), so a batch pads to a near length, and results come back in prompt order. `cache` (for
-    `generate`, when `drop_finished` is off): "static" preallocates the KV cache (no copy per new token, but
-    every step attends over the whole preallocated length), "dynamic" is transformers' default, "auto" is
-    static for greedy decoding on CPU and dynamic otherwise (benchmarks/hf_generate_speed.py: static 1.04x
-    dynamic on the greedy evaluation, 0.95x on sampled rollouts). With `grouped_kv`, on CPU, the grouped key/value heads go to torch's
-    attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
-    less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it
-    (`_shared_prefix`; not with the static cache). With `drop_finished`, decoding runs the kit's own loop
-    (`_decode`, a dynamic cache) that drops a row from the batch once it has ended, where `generate` decodes every
-    row until the longest ends: the same tokens (a row's logits do not depend on the batch's other rows, and a
-    sampled step draws its noise for the whole batch, as `generate` does), fewer rows per step. With
-    `grow_in_place` (the kit's loop only), the KV cache has room for the call's new tokens and a step writes its
-    token in place (`in_place_cache`), where transformers' dynamic cache copies the whole cache at every step: the
-    same numbers, less memory traffic.
+    `batch_size` counts sequences (prompt copies) per sampling `generate` call, n samples of one prompt included,
+    which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls, where larger batches mean
+    fewer Python-bound decoding steps and the same tokens. Each prompt is tokenised once; with `sort_by_length` the
+    rows are batched in order of prompt length (copies of a prompt stay together), so a batch pads to a near length,
+    and results come back in prompt order. `cache` (for `generate`, when `drop_finished` is off): "static"
+    preallocates the KV cache (no copy per new token, but every step attends over the whole preallocated length),
+    "dynamic" is transformers' default, "auto" is static for greedy decoding on CPU and dynamic otherwise
+    (benchmarks/hf_generate_speed.py: static 1.04x dynamic on the greedy evaluation, 0.95x on sampled rollouts).
+    With `grouped_kv`, on CPU, the grouped key/value heads go to torch's attention as they are (`gqa_attention`)
+    instead of being copied per query head: the same numbers, less memory traffic. With `share_prefix`, the n
+    samples of a prompt share one prefill of it (`_shared_prefix`; not with the static cache). With `drop_finished`,
+    decoding runs the kit's own loop (`_decode`, a dynamic cache) that drops a row from the batch once it has ended,
+    where `generate` decodes every row until the longest ends: the same tokens (a row's logits do not depend on the
+    batch's other rows, and a sampled step draws its noise for the whole batch, as `generate` does), fewer rows per
+    step. With `grow_in_place` (the kit's loop only), the KV cache has room for the call's new tokens and a step
+    writes its token in place (`in_place_cache`), where transformers' dynamic cache copies the whole cache at every
+    step: the same numbers, less memory traffic.
     """
 
     kind = "hf"
