@@ -90,6 +90,12 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
+# The in-place KV cache's room, in tokens per row: a call with more new tokens grows its buffers (one copy) each
+# time this many are written, so a long budget (the paper's 2,048) never reserves more than this beyond what is
+# written, where a GPU batch's whole budget could exceed its memory
+CACHE_ROOM = 256
+
+
 @functools.cache
 def _in_place_layer() -> type:
     """`InPlaceLayer`, built on first use (transformers is imported lazily)."""
@@ -264,7 +270,7 @@ class HFEngine(Engine):
         out: list[list[int]] = [[] for _ in range(held)]
         positions = _padded_positions(mask)
         if cache is None:
-            cache, step_ids = (in_place_cache(self.model, max_new_tokens) if self.grow_in_place else
+            cache, step_ids = (in_place_cache(self.model, min(max_new_tokens, CACHE_ROOM)) if self.grow_in_place else
                                DynamicCache(config=self.model.config)), input_ids
         else:
             step_ids, positions = input_ids[:, -1:], positions[:, -1:]
@@ -328,7 +334,8 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
-                    room = max_new_tokens + 1 if own_loop and self.grow_in_place else None  # + the last prompt token
+                    # room for the last prompt token and the new ones, CACHE_ROOM at a time
+                    room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.grow_in_place else None
                     shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n,
                                                                                               room)
                     if own_loop:

@@ -414,3 +414,29 @@ def test_the_in_place_cache_leaves_sliding_window_layers_alone():
     config.use_sliding_window = False
     config.layer_types = ["full_attention"] * 2
     assert [type(layer).__name__ for layer in in_place_cache(holder, room=4).layers] == ["InPlaceLayer"] * 2
+
+
+def test_a_budget_beyond_the_cache_room_grows_the_cache_and_keeps_the_tokens(trained, monkeypatch):
+    """With less room than the call's budget (`engines.CACHE_ROOM`, 256 tokens by default), the kit's loop grows
+    its cache as it goes and returns `generate`'s tokens, greedy and sampled, with and without the shared prefill."""
+    import acesql_lib.engines as engines
+
+    model, tokenizer = trained
+    ask = _stopping_prompts(tokenizer)
+    monkeypatch.setattr(engines, "CACHE_ROOM", 5)
+    grown: list[int] = []
+    update = engines._in_place_layer().update
+
+    def counted(layer, *args, **kwargs):
+        before = layer.k_buffer
+        out = update(layer, *args, **kwargs)
+        grown.append(before is not None and layer.k_buffer is not before)
+        return out
+
+    monkeypatch.setattr(engines._in_place_layer(), "update", counted)
+    for share in (True, False):
+        for temperature in (0.0, 0.9):
+            ours, theirs = (HFEngine(model, tokenizer, share_prefix=share, drop_finished=drop).generate(
+                ask, n=2, temperature=temperature, max_new_tokens=24, seed=4) for drop in (True, False))
+            assert _ids(ours) == _ids(theirs), (share, temperature)
+    assert any(grown)  # the budget of 24 ran past the room of 5
