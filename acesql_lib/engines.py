@@ -24,7 +24,7 @@ import torch
 
 from .config import EngineConfig
 from .models import END_OF_TEXT, IM_END
-from .sharding import gathered_fsdp
+from .sharding import gathered_fsdp, is_sharded
 
 
 @dataclass
@@ -311,8 +311,13 @@ class HFEngine(Engine):
         sampling = dict(do_sample=False, temperature=None, top_p=None, top_k=None) if greedy else \
             dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)  # top_k off, as vLLM's -1
         device = next(self.model.parameters()).device
-        own_loop = self.drop_finished
-        static = not own_loop and (self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy))
+        # A sharded FSDP2 policy's forward is a collective: `generate` keeps the ranks decoding in lockstep
+        # (synced_gpus), the kit's loop would not, so such a model decodes in `generate` (GRPO gathers it first), with
+        # the dynamic cache: a rank that has ended keeps stepping for the others and would run past a static one.
+        sharded = is_sharded(self.model)
+        own_loop = self.drop_finished and not sharded
+        static = not own_loop and not sharded and (
+            self.cache == "static" or (self.cache == "auto" and device.type == "cpu" and greedy))
         if static:
             sampling["cache_implementation"] = "static"
         if gathered_fsdp(self.model):  # whole for generation (sharding.unsharded): no rank waits on another's decoding

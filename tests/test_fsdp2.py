@@ -274,8 +274,11 @@ def _generate_rank(rank: int, world: int, folder: str) -> None:
         with unsharded(model):
             whole = not is_sharded(model)
             out = engine.generate(mine, temperature=0.0, max_new_tokens=6 + 10 * rank)
-        torch.save({"tokens": [g[0].token_ids for g in out], "whole": whole, "sharded_after": is_sharded(model)},
-                   f"{folder}/gen{rank}.pt")
+        # still sharded: one call per rank, other lengths; the engine decodes in generate, which keeps the ranks'
+        # collective forwards in lockstep (the kit's own loop would leave rank 1 waiting on a finished rank 0)
+        lockstep = engine.generate(PROMPTS[rank:rank + 1], temperature=0.0, max_new_tokens=4 + 8 * rank)
+        torch.save({"tokens": [g[0].token_ids for g in out], "whole": whole, "sharded_after": is_sharded(model),
+                    "lockstep": lockstep[0][0].token_ids}, f"{folder}/gen{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -284,7 +287,7 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
     """GRPO's HF engine decodes on the live policy; under FSDP2 its units are gathered once for generation
     (`sharding.unsharded`), so ranks with other prompt counts and lengths do not wait on each other (transformers
     would otherwise keep an FSDP model's ranks decoding in lockstep, a hang here), and the tokens are the
-    unsharded model's."""
+    unsharded model's. A model still sharded decodes in `generate`, whose ranks keep in lockstep."""
     import time
 
     from acesql_lib.engines import HFEngine
@@ -308,6 +311,8 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
         mine = PROMPTS[:1] if rank == 0 else PROMPTS
         expected = engine.generate(mine, temperature=0.0, max_new_tokens=6 + 10 * rank)
         assert got["tokens"] == [g[0].token_ids for g in expected]
+        alone = engine.generate(PROMPTS[rank:rank + 1], temperature=0.0, max_new_tokens=4 + 8 * rank)
+        assert got["lockstep"] == alone[0][0].token_ids
 
 
 def test_the_units_fsdp2_shards_are_the_decoder_layers_with_or_without_lora_adapters():
