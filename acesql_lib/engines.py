@@ -140,14 +140,15 @@ def _in_place_layer() -> type:
     return InPlaceLayer
 
 
-def in_place_cache(model: torch.nn.Module, room: int) -> Any:
+def in_place_cache(model: torch.nn.Module, room: int | None) -> Any:
     """A `DynamicCache` for `model` whose layers grow in place (`InPlaceLayer`), with room for `room` tokens after
-    what is first written; a model whose layers are not all plain dynamic ones (sliding windows) keeps its own."""
+    what is first written; transformers' own layers where `room` is None, or where they are not all plain dynamic
+    ones (sliding windows)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
     cache = DynamicCache(config=model.config)
-    if all(type(layer) is DynamicLayer for layer in cache.layers):
+    if room is not None and all(type(layer) is DynamicLayer for layer in cache.layers):
         cache.layers = [_in_place_layer()(room) for _ in cache.layers]
     return cache
 
@@ -238,30 +239,26 @@ class HFEngine(Engine):
             owners.append(len(firsts) - 1)
         if len(firsts) == len(batch) or input_ids.shape[1] < 2:
             return None
-        from transformers import DynamicCache
-
         ids, keep = input_ids[firsts, :-1], mask[firsts, :-1]
         positions = _padded_positions(keep)
-        cache = DynamicCache(config=self.model.config) if room is None else in_place_cache(self.model, room)
+        cache = in_place_cache(self.model, room)
         self.model(input_ids=ids, attention_mask=keep, position_ids=positions, past_key_values=cache, use_cache=True,
                    logits_to_keep=1)
         cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
         return cache
 
     def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, cache: Any = None,
-                temperature: float = 0.0, top_p: float = 1.0) -> list[list[int]]:
+                temperature: float = 0.0, top_p: float = 1.0, room: int | None = None) -> list[list[int]]:
         """Decoding of a left-padded batch, each row's new tokens up to its stop token: what `generate` returns
         (greedy at temperature 0, sampled otherwise), but ended rows leave the batch (their KV cache, mask and
         position rows dropped) once they are half of the rows held, so a step costs about the rows still decoding,
         not the whole batch until its longest answer ends (dropping at every end was no faster on the tiny
         evaluation: each drop copies the cache). `cache` holds the prompts but their last token
-        (`_shared_prefix`), or None. Positions and masks are those `generate` gives a left-padded row; the logits are
-        taken in float32, as `generate` takes them. Greedy: their argmax. Sampled: `generate`'s warpers (temperature,
-        then top-p) and its draw, made the way `torch.multinomial` makes one sample (argmax of the probabilities over
+        (`_shared_prefix`), or None for a new one (`in_place_cache` with `room`). Positions and masks are those
+        `generate` gives a left-padded row; the logits are taken in float32, as `generate` takes them. Greedy: their
+        argmax. Sampled: `generate`'s warpers (temperature, then top-p) and its draw, made the way `torch.multinomial` makes one sample (argmax of the probabilities over
         exponential noise); the noise is drawn for the whole batch at every step, ended rows included, so the random
         stream, and with it every sample and the generator's state afterwards, is `generate`'s."""
-        from transformers import DynamicCache
-
         warpers = _sampling_warpers(temperature, top_p)
         stops = torch.tensor(sorted(self.stops), device=input_ids.device)
         held = input_ids.shape[0]
@@ -270,8 +267,7 @@ class HFEngine(Engine):
         out: list[list[int]] = [[] for _ in range(held)]
         positions = _padded_positions(mask)
         if cache is None:
-            cache, step_ids = (in_place_cache(self.model, min(max_new_tokens, CACHE_ROOM)) if self.grow_in_place else
-                               DynamicCache(config=self.model.config)), input_ids
+            cache, step_ids = in_place_cache(self.model, room), input_ids
         else:
             step_ids, positions = input_ids[:, -1:], positions[:, -1:]
         for step in range(max_new_tokens):
@@ -339,13 +335,13 @@ class HFEngine(Engine):
                     width = max(len(x) for x in ids)
                     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
-                    # room for the last prompt token and the new ones, CACHE_ROOM at a time
+                    # the kit's loop's cache: room for the last prompt token and the new ones, CACHE_ROOM at a time
                     room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.grow_in_place else None
                     shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n,
                                                                                               room)
                     if own_loop:
                         new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
-                                               temperature=temperature, top_p=top_p)
+                                               temperature=temperature, top_p=top_p, room=room)
                         for r, new in zip(batch, new_ids):
                             outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
                         continue
