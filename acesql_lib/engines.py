@@ -257,8 +257,9 @@ class HFEngine(Engine):
         (`_shared_prefix`), or None for a new one (`in_place_cache` with `room`). Positions and masks are those
         `generate` gives a left-padded row; the logits are taken in float32, as `generate` takes them. Greedy: their
         argmax. Sampled: `generate`'s warpers (temperature, then top-p) and its draw, made the way
-        `torch.multinomial` makes one sample (argmax of the probabilities over exponential noise); the noise is drawn for the whole batch at every step, ended rows included, so the random
-        stream, and with it every sample and the generator's state afterwards, is `generate`'s."""
+        `torch.multinomial` makes one sample (argmax of the probabilities over exponential noise); the noise is
+        drawn for the whole batch at every step, ended rows included, so the random stream, and with it every sample
+        and the generator's state afterwards, is `generate`'s."""
         warpers = _sampling_warpers(temperature, top_p)
         stops = torch.tensor(sorted(self.stops), device=input_ids.device)
         held = input_ids.shape[0]
