@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from launching import rank_finished, rank_started
+
 
 def _qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -33,6 +35,7 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
 
 
 def _rank(rank: int, world: int, folder: str) -> None:
+    rank_started()
     dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
     try:
         from torch.distributed.device_mesh import init_device_mesh
@@ -53,6 +56,7 @@ def _rank(rank: int, world: int, folder: str) -> None:
         torch.save(handed, f"{folder}/rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+    rank_finished()
 
 
 def test_each_rank_hands_its_engine_the_full_weights_of_the_sharded_model(tmp_path):
@@ -87,6 +91,7 @@ def _teardown(acc) -> None:
 
 
 def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
+    rank_started()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
     from accelerate import Accelerator
@@ -121,6 +126,7 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
                     "full_rows": local.shape[0]}, f"{folder}/ckpt{rank}.pt")
     finally:
         _teardown(acc)
+    rank_finished()
 
 
 def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_path):
@@ -169,6 +175,7 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
 
 
 def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
+    rank_started()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world))
     from accelerate import Accelerator
@@ -186,9 +193,11 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
         torch.save({k: v.full_tensor() for k, v in model.state_dict().items()}, f"{folder}/gathered{rank}.pt")
     finally:
         _teardown(acc)
+    rank_finished()
 
 
 def _reference_rank(rank: int, world: int, folder: str) -> None:
+    rank_started()
     dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
     try:
         from torch.distributed.device_mesh import init_device_mesh
@@ -208,6 +217,7 @@ def _reference_rank(rank: int, world: int, folder: str) -> None:
                     "training": reference.training}, f"{folder}/ref{rank}.pt")
     finally:
         dist.destroy_process_group()
+    rank_finished()
 
 
 def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(tmp_path):
@@ -260,6 +270,7 @@ def _tiny_lm(folder: str):
 
 
 def _generate_rank(rank: int, world: int, folder: str) -> None:
+    rank_started()
     dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
     try:
         from torch.distributed.device_mesh import init_device_mesh
@@ -281,6 +292,7 @@ def _generate_rank(rank: int, world: int, folder: str) -> None:
                     "lockstep": lockstep[0][0].token_ids}, f"{folder}/gen{rank}.pt")
     finally:
         dist.destroy_process_group()
+    rank_finished()
 
 
 def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on_each_other(tmp_path):

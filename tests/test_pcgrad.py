@@ -7,6 +7,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from acesql_lib.pcgrad import combine_into_grads, pcgrad_combine, save_grads
+from launching import rank_finished, rank_started
 
 T = torch.tensor
 
@@ -202,6 +203,7 @@ def test_two_backward_passes_in_place(dtype):
 # ---------------------------------------------------------------- two ranks (gloo)
 
 def _rank_worker(rank: int, world: int, init_file: str, results: dict) -> None:
+    rank_started()
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         # FSDP-like: each rank holds a different shard (here: one tensor of the pair each)
@@ -211,6 +213,7 @@ def _rank_worker(rank: int, world: int, init_file: str, results: dict) -> None:
         results[rank] = (out[0].tolist(), stats.cosine, stats.norm_gen, local[0].tolist(), lstats.conflict_ratio)
     finally:
         dist.destroy_process_group()
+    rank_finished()
 
 
 def test_global_mode_across_two_ranks_matches_one_process(tmp_path):
