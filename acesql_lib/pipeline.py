@@ -9,6 +9,9 @@ one line per bar every `progress_every_s` seconds, e.g.
 `02_self_distillation: base model, step 420/1000, ~6 min left`, together with the library's own
 `[stage] ...` messages. At the end the runner prints a per-notebook wall-time table and writes it
 to `reports/<profile>/pipeline_times.json`.
+
+Each notebook runs in a fresh kernel; the next one's kernel is started, and imports the next notebook's
+modules, while the current notebook runs (acesql_lib/warm_kernel.py; `--cold-kernels` turns it off).
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from tqdm.auto import tqdm
 
 from .config import REPO_ROOT, ConfigError, load_config, parse_overrides
 from .paths import Paths
+from .warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
@@ -161,21 +165,32 @@ def _failed_cell(exc: Exception) -> str:
     return ": ".join(parts)
 
 
+def kernel_env() -> dict[str, str]:
+    """The environment a notebook's kernel starts with: this process's, with text progress bars, which the
+    relay reads (acesql_lib/progress.py)."""
+    return {**os.environ, "ACESQL_PROGRESS": "text"}
+
+
 def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = "python3",
-                 progress: bool = True, timeout_s: int | None = None, relay: ProgressRelay | None = None) -> NotebookRun:
-    """Execute one notebook; with `relay` its kernel's output streams go through it as they arrive."""
+                 progress: bool = True, timeout_s: int | None = None, relay: ProgressRelay | None = None,
+                 warm: WarmKernel | None = None) -> NotebookRun:
+    """Execute one notebook; with `relay` its kernel's output streams go through it as they arrive. With `warm`,
+    in that kernel (started ahead for this notebook, acesql_lib/warm_kernel.py), shut down afterwards."""
     import papermill as pm
 
     t0 = time.perf_counter()
     before = os.environ.get("ACESQL_PROGRESS")
-    os.environ["ACESQL_PROGRESS"] = "text"  # the kernel draws text bars, which the relay reads (acesql_lib/progress.py)
+    os.environ["ACESQL_PROGRESS"] = kernel_env()["ACESQL_PROGRESS"]
     try:
+        km = {"km": warm.ready()} if warm is not None else {}
         pm.execute_notebook(str(nb), str(out), parameters=parameters, kernel_name=kernel, cwd=str(nb.parent),
                             progress_bar=progress, log_output=False, stdout_file=relay, stderr_file=relay,
-                            request_save_on_cell_execute=True, execution_timeout=timeout_s)
+                            request_save_on_cell_execute=True, execution_timeout=timeout_s, **km)
     except Exception as exc:  # papermill wraps the kernel's exception; keep the executed copy
         return NotebookRun(nb.stem, time.perf_counter() - t0, "failed", str(out), _failed_cell(exc))
     finally:
+        if warm is not None:
+            warm.shutdown()
         if before is None:
             os.environ.pop("ACESQL_PROGRESS", None)
         else:
@@ -188,8 +203,10 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
 def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides: dict[str, Any] | None = None,
                  kernel: str = "python3", progress: bool = True, reports_dir: Path | None = None,
                  notebook_dir: Path = NOTEBOOK_DIR, progress_every_s: float = 10.0, echo_all: bool = False,
-                 emit: Any = None, calibrate: bool = True) -> list[NotebookRun]:
+                 emit: Any = None, calibrate: bool = True, warm_next: bool = True) -> list[NotebookRun]:
     """Run the notebooks in order; the kernels' progress is relayed (`ProgressRelay`) unless `progress` is off.
+    With `warm_next`, each notebook's kernel is started, and imports the notebook's modules, while the notebook
+    before it runs (acesql_lib/warm_kernel.py); off, each kernel starts when its notebook does.
 
     The per-notebook wall times go to `pipeline_times.json` (and a line each to `pipeline.jsonl`)
     under the reports folder, also when a notebook fails; with `calibrate`, beside the calibration
@@ -206,18 +223,25 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
     started = time.time()
     cal_start = _calibration() if calibrate else None
     bar = tqdm(books, desc=f"pipeline[{cfg.profile}]", unit="notebook", disable=not progress)
+    warm: WarmKernel | None = None  # the kernel started ahead for the notebook about to run
     try:
-        for nb in bar:
+        for i, nb in enumerate(bar):
             bar.set_postfix_str(nb.stem)
             params = {"profile": profile, "overrides": overrides or {}}
             relay = ProgressRelay(nb.stem, emit, progress_every_s, echo_all) if progress else None
-            run = run_notebook(nb, executed / nb.name, params, kernel=kernel, progress=progress, relay=relay)
+            mine, warm = warm, None
+            if warm_next and i + 1 < len(books):
+                warm = WarmKernel(books[i + 1], kernel, kernel_env())
+            run = run_notebook(nb, executed / nb.name, params, kernel=kernel, progress=progress, relay=relay,
+                               warm=mine)
             runs.append(run)
             with log_path.open("a") as f:
                 f.write(json.dumps({"time": time.time(), "profile": cfg.profile, **run.__dict__}) + "\n")
             if run.status != "ok":
                 raise NotebookFailed(f"{nb.name} failed at {run.error}; executed notebook kept at {run.output}")
     finally:
+        if warm is not None:  # the pipeline stopped before its notebook
+            warm.shutdown()
         calibration = None
         if cal_start is not None:
             end = _calibration()
@@ -286,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress-every", type=float, default=10.0, metavar="S",
                     help="seconds between two progress lines of the same bar")
     ap.add_argument("--log-output", action="store_true", help="relay every line the notebooks print")
+    ap.add_argument("--cold-kernels", action="store_true",
+                    help="start each notebook's kernel when it starts, not while the one before runs")
     args = ap.parse_args(argv)
     try:
         overrides = parse_overrides(args.set)
@@ -296,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         runs = run_pipeline(args.profile, args.only, overrides, args.kernel, progress=not args.no_progress,
-                            progress_every_s=args.progress_every, echo_all=args.log_output)
+                            progress_every_s=args.progress_every, echo_all=args.log_output,
+                            warm_next=not args.cold_kernels)
     except NotebookFailed as e:
         print(f"\nFAILED: {e}", file=sys.stderr)
         print(f"wall times so far in {reports / TIMES_NAME}", file=sys.stderr)
