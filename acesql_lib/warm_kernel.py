@@ -1,8 +1,8 @@
 """The next notebook's kernel, started and importing that notebook's modules while the current one runs.
 
-Each pipeline notebook runs in a fresh kernel, and every kernel spends its first seconds importing torch,
-transformers, pandas and the kit (about 5 s of an 8-notebook run's 8-9 s per notebook outside its own work,
-on the 2-core CPU). `WarmKernel` starts notebook k+1's kernel when notebook k starts, and sends it one silent
+Each pipeline notebook runs in a fresh kernel, and every kernel spends its first seconds starting (about 3 s on
+the 2-core CPU) and importing torch, transformers, pandas and the kit (3-5 s) before any work of its notebook.
+`WarmKernel` starts notebook k+1's kernel when notebook k starts, and sends it one silent
 request that imports every module named by an import statement of notebook k+1 (`modules_imported`). The
 notebook then runs in that kernel as it would in a cold one: its own cells, in order, from the parameters on;
 only the import statements find their modules already loaded. Nothing else runs in the kernel first: no
