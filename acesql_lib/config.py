@@ -279,7 +279,7 @@ class EngineConfig:
     # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, greedy
     # evaluation 1.16x, sampled rollouts 1.30x (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
-    # Independent jobs that sample run this many at a time, each in its own process with its own model and engine
+    # Independent jobs that sample run this many at a time in worker processes, each job with its own model and engine
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
     # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
     # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy

@@ -1,5 +1,5 @@
 """Notebook 06's ablation runs: each variant trained from the SFT model and evaluated like notebook 05, one
-after another in this process or `engine.workers` at a time, each in its own process
+after another in this process or `engine.workers` at a time in worker processes
 (acesql_lib/workers.py: the same numbers bit for bit, faster where decoding is bound by Python).
 
 On a GPU, or with vLLM engines that each hold their own memory, keep one worker (the default; the paper

@@ -9,9 +9,12 @@ thread count a job run in its own process gives, bit for bit, what it gives afte
 workers' OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they
 compute: spinning, two workers of two threads on 2 cores took 182 s where passive ones took 68 s.
 
-A job is a function of the kit named `module:function` and its keyword arguments; the worker is
-`python -m acesql_lib.workers JOB_FILE` (a pickle of both), writes the function's result beside it, and sends
-its output to the job's log, which a failure quotes. An error or an interrupt stops the other workers.
+A job is a function of the kit named `module:function` and its keyword arguments, written to a job file (a pickle
+of both). A worker, `python -m acesql_lib.workers`, reads job files' paths on its standard input, one per line,
+and runs them one after another in the same process: it starts and imports torch and the kit once, not once per
+job (3-5 s each on the 2-core CPU). For each job it sends its output to the job's log, which a failure quotes,
+and writes the function's result beside the job file. An error or an interrupt stops the other workers.
+`python -m acesql_lib.workers JOB_FILE` runs one job.
 """
 from __future__ import annotations
 
@@ -37,39 +40,51 @@ class Job:
 
 
 def run_jobs(jobs: Sequence[Job], workers: int, desc: str = "jobs", progress: bool = True) -> list[Any]:
-    """Each job's result, in the order of `jobs`, at most `workers` processes at a time."""
+    """Each job's result, in the order of `jobs`, in at most `workers` processes, each taking the next job
+    when it has finished one."""
     import torch
 
     threads = torch.get_num_threads()  # this process's: a reduction's sums depend on the thread count
     pending = list(enumerate(jobs))
-    running: dict[int, subprocess.Popen] = {}
+    procs: list[subprocess.Popen] = []
+    busy: dict[int, int] = {}  # worker -> the job it runs
     results: dict[int, Any] = {}
     bar = tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress)
     try:
-        while pending or running:
-            while pending and len(running) < max(1, workers):
-                i, job = pending.pop(0)
-                running[i] = _start(job, threads)
-            time.sleep(0.2)
-            for i, proc in list(running.items()):
-                if proc.poll() is None:
+        while pending or busy:
+            for w in range(max(1, min(workers, len(jobs)))):  # hand each idle worker the next job
+                if w in busy or not pending:
                     continue
-                del running[i]
-                job = jobs[i]
-                if proc.returncode != 0:
+                i, job = pending.pop(0)
+                _write_job(job, threads)
+                if w == len(procs):
+                    procs.append(_start(job))
+                procs[w].stdin.write(f"{_job_file(job.log)}\n")
+                procs[w].stdin.flush()
+                busy[w] = i
+            time.sleep(0.2)
+            for w, i in list(busy.items()):
+                job, out = jobs[i], _result_file(jobs[i].log)
+                if not out.exists():
+                    if procs[w].poll() is None:
+                        continue
                     tail = job.log.read_text(errors="replace")[-3000:] if job.log.exists() else ""
-                    raise RuntimeError(f"{desc}: job {job.name!r} failed (exit {proc.returncode}); "
+                    raise RuntimeError(f"{desc}: job {job.name!r} failed (exit {procs[w].returncode}); "
                                        f"its log is {job.log}:\n{tail}")
-                out = _result_file(job.log)
+                del busy[w]
                 results[i] = pickle.loads(out.read_bytes())
                 out.unlink()
                 _job_file(job.log).unlink(missing_ok=True)
                 bar.update(1)
                 bar.set_postfix_str(job.name)
+        for proc in procs:  # no more jobs: each worker leaves when its input ends
+            proc.stdin.close()
+            proc.wait()
     finally:
-        for proc in running.values():
-            proc.terminate()
-        for proc in running.values():
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
             proc.wait()
         bar.close()
     return [results[i] for i in range(len(jobs))]
@@ -83,15 +98,21 @@ def _result_file(log: Path) -> Path:
     return log.with_name(log.name + ".result")
 
 
-def _start(job: Job, threads: int) -> subprocess.Popen:
+def _write_job(job: Job, threads: int) -> None:
     job.log.parent.mkdir(parents=True, exist_ok=True)
     _result_file(job.log).unlink(missing_ok=True)
-    _job_file(job.log).write_bytes(pickle.dumps({"func": job.func, "kwargs": job.kwargs, "threads": threads}))
+    _job_file(job.log).write_bytes(pickle.dumps({"func": job.func, "kwargs": job.kwargs, "threads": threads,
+                                                 "log": str(job.log)}))
+
+
+def _start(first: Job) -> subprocess.Popen:
+    """A worker reading job files on its standard input; until its first job opens its own log, the worker's
+    output goes to that job's log."""
     kit = str(Path(__file__).resolve().parents[1])  # the worker imports the kit this process runs
     path = os.pathsep.join(p for p in (kit, os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "ACESQL_PROGRESS": "text", "OMP_WAIT_POLICY": "PASSIVE"}
-    with open(job.log, "w", encoding="utf-8") as f:  # the child keeps its own copy of the handle
-        return subprocess.Popen([sys.executable, "-m", "acesql_lib.workers", str(_job_file(job.log))],
+    with open(first.log, "w", encoding="utf-8") as f:  # the child keeps its own copy of the handle
+        return subprocess.Popen([sys.executable, "-m", "acesql_lib.workers"], stdin=subprocess.PIPE, text=True,
                                 stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
@@ -100,6 +121,7 @@ def probe(value: Any = None, fail: bool = False, sleep_s: float = 0.0) -> dict[s
     quick look at what a machine's workers get."""
     import torch
 
+    print(f"probe {value!r} in process {os.getpid()}", flush=True)  # to this job's log
     time.sleep(sleep_s)
     if fail:
         raise ValueError(f"probe asked to fail on {value!r}")
@@ -114,12 +136,17 @@ def call(func: str, kwargs: dict[str, Any]) -> Any:
     return getattr(importlib.import_module(module), name)(**kwargs)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        raise SystemExit("usage: python -m acesql_lib.workers JOB_FILE")
-    job_file = Path(args[0])
+def run_job_file(job_file: Path, to_log: bool = False) -> None:
+    """One job: its function called at the job's thread count, the result written beside the job file (whole or
+    not at all). With `to_log`, this process's output (Python's and native code's) goes to the job's log."""
     job = pickle.loads(job_file.read_bytes())
+    if to_log:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
     import torch
 
     torch.set_num_threads(job["threads"])
@@ -127,7 +154,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = job_file.with_name(job_file.name[:-len(".job")] + ".result")
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(pickle.dumps(result))
+    sys.stdout.flush()
+    sys.stderr.flush()
     tmp.replace(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) > 1:
+        raise SystemExit("usage: python -m acesql_lib.workers [JOB_FILE]  (without one: job files' paths on stdin)")
+    if args:
+        run_job_file(Path(args[0]))
+        return 0
+    for line in sys.stdin:
+        if line.strip():
+            run_job_file(Path(line.strip()), to_log=True)
     return 0
 
 

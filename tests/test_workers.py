@@ -26,9 +26,14 @@ def test_results_come_back_in_job_order_from_other_processes_at_this_thread_coun
     jobs = [Job(f"probe {i}", PROBE, tmp_path / f"p{i}.log", {"value": i, "sleep_s": 0.5 * (3 - i)}) for i in range(3)]
     out = run_jobs(jobs, workers=2, progress=False)
     assert [r["value"] for r in out] == [0, 1, 2]  # job 0 sleeps longest and finishes last
-    assert os.getpid() not in {r["pid"] for r in out} and len({r["pid"] for r in out}) == 3
+    pids = [r["pid"] for r in out]
+    assert os.getpid() not in pids and len(set(pids)) == 2  # two workers; the first to finish took job 2
+    assert pids[2] == pids[1] != pids[0]  # job 1 (1 s) ended before job 0 (1.5 s)
     assert {r["threads"] for r in out} == {1} and {r["wait_policy"] for r in out} == {"PASSIVE"}
     assert not list(tmp_path.glob("*.job")) and not list(tmp_path.glob("*.result"))  # logs stay, nothing else
+    for i, r in enumerate(out):  # each job's output in its own log, also for a worker's second job
+        log = (tmp_path / f"p{i}.log").read_text()
+        assert f"probe {i} in process {r['pid']}" in log and all(f"probe {j} " not in log for j in range(3) if j != i)
 
 
 def test_a_failed_job_names_itself_and_its_log_and_stops_the_others(tmp_path):
@@ -39,6 +44,15 @@ def test_a_failed_job_names_itself_and_its_log_and_stops_the_others(tmp_path):
         run_jobs(jobs, workers=2, progress=False)
     assert "probe asked to fail on 'b'" in str(err.value)  # the log's tail: the worker's traceback
     assert time.monotonic() - start < 30  # the slow worker was stopped, not waited for
+
+
+def test_a_job_failing_in_a_workers_second_job_is_named_with_its_own_log(tmp_path):
+    jobs = [Job("first", PROBE, tmp_path / "first.log", {"value": "first"}),
+            Job("second", PROBE, tmp_path / "second.log", {"value": "second", "fail": True})]
+    with pytest.raises(RuntimeError, match=r"job 'second' failed \(exit 1\).*second\.log") as err:
+        run_jobs(jobs, workers=1, progress=False)
+    assert "probe asked to fail on 'second'" in str(err.value) and "'first'" not in str(err.value)
+    assert "probe 'first'" in (tmp_path / "first.log").read_text()
 
 
 def test_a_worker_runs_only_the_kits_functions():
