@@ -165,10 +165,12 @@ def _failed_cell(exc: Exception) -> str:
     return ": ".join(parts)
 
 
+KERNEL_PROGRESS = "text"  # a notebook's kernel draws text bars, which the relay reads (acesql_lib/progress.py)
+
+
 def kernel_env() -> dict[str, str]:
-    """The environment a notebook's kernel starts with: this process's, with text progress bars, which the
-    relay reads (acesql_lib/progress.py)."""
-    return {**os.environ, "ACESQL_PROGRESS": "text"}
+    """The environment a notebook's kernel starts with: this process's, with `KERNEL_PROGRESS` bars."""
+    return {**os.environ, "ACESQL_PROGRESS": KERNEL_PROGRESS}
 
 
 def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = "python3",
@@ -180,7 +182,7 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
 
     t0 = time.perf_counter()
     before = os.environ.get("ACESQL_PROGRESS")
-    os.environ["ACESQL_PROGRESS"] = kernel_env()["ACESQL_PROGRESS"]
+    os.environ["ACESQL_PROGRESS"] = KERNEL_PROGRESS
     try:
         km = {"km": warm.ready()} if warm is not None else {}
         pm.execute_notebook(str(nb), str(out), parameters=parameters, kernel_name=kernel, cwd=str(nb.parent),
@@ -229,9 +231,8 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
             bar.set_postfix_str(nb.stem)
             params = {"profile": profile, "overrides": overrides or {}}
             relay = ProgressRelay(nb.stem, emit, progress_every_s, echo_all) if progress else None
-            mine, warm = warm, None
-            if warm_next and i + 1 < len(books):
-                warm = WarmKernel(books[i + 1], kernel, kernel_env())
+            mine = warm  # if the next kernel fails to start, `warm` still holds this one, shut down below
+            warm = WarmKernel(books[i + 1], kernel, kernel_env()) if warm_next and i + 1 < len(books) else None
             run = run_notebook(nb, executed / nb.name, params, kernel=kernel, progress=progress, relay=relay,
                                warm=mine)
             runs.append(run)

@@ -8,8 +8,8 @@ notebook then runs in that kernel as it would in a cold one: its own cells, in o
 only the import statements find their modules already loaded. Nothing else runs in the kernel first: no
 notebook code, no parameters, no history (`store_history=False`, so the first cell is still `[1]`).
 
-What differs from a cold kernel: warnings a module emits when imported are printed before the first cell,
-not inside it (the pre-import's output is not kept), and two kernels are alive at once for a while (one
+What differs from a cold kernel: warnings a module emits when imported are not shown (the pre-import's output
+is not kept; a cold kernel prints them in the first cell), and two kernels are alive at once for a while (one
 more Python process with torch imported, ~0.4 GB). `run_pipeline(warm_next=False)` (`--cold-kernels`) runs
 every notebook in a kernel started for it, as papermill does on its own.
 """
@@ -23,8 +23,12 @@ from typing import Any
 
 def modules_imported(nb: Path) -> list[str]:
     """The modules named by `import M` and `from M import ...` in the notebook's code cells, in order of first
-    appearance; cells that are not plain Python (magics) are skipped."""
-    cells = json.loads(Path(nb).read_text())["cells"]
+    appearance; cells that are not plain Python (magics) are skipped. A notebook that cannot be read gives none:
+    its own run then fails, naming it."""
+    try:
+        cells = json.loads(Path(nb).read_text())["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
     names: list[str] = []
     for cell in cells:
         if cell.get("cell_type") != "code":
@@ -43,14 +47,17 @@ def modules_imported(nb: Path) -> list[str]:
 
 
 def warm_code(modules: list[str]) -> str:
-    """Import each module; one that fails is left for the notebook's own import to report, with its cell."""
-    return ("import importlib as _importlib\n"
-            f"for _name in {modules!r}:\n"
-            "    try:\n"
-            "        _importlib.import_module(_name)\n"
-            "    except Exception:\n"
-            "        pass\n"
-            "del _importlib, _name\n")
+    """Import each module, leaving no name behind; one that fails is left for the notebook's own import to report,
+    with its cell."""
+    return ("def _acesql_warm(names):\n"
+            "    import importlib\n"
+            "    for name in names:\n"
+            "        try:\n"
+            "            importlib.import_module(name)\n"
+            "        except Exception:\n"
+            "            pass\n"
+            f"_acesql_warm({modules!r})\n"
+            "del _acesql_warm\n")
 
 
 class WarmKernel:
@@ -61,11 +68,12 @@ class WarmKernel:
         from jupyter_core.utils import run_sync
 
         self.nb = Path(nb)
+        code = warm_code(modules_imported(self.nb))
         self.km = AsyncKernelManager(kernel_name=kernel)
         run_sync(self.km.start_kernel)(cwd=str(self.nb.parent), env=env)
         self._client = self.km.blocking_client()
         self._client.start_channels(shell=True, iopub=False, stdin=False, hb=False, control=False)  # the reply only
-        self._request = self._client.execute(warm_code(modules_imported(self.nb)), silent=True, store_history=False)
+        self._request = self._client.execute(code, silent=True, store_history=False)
 
     def ready(self) -> Any:
         """Wait until the pre-import has finished (papermill's own start-up check would otherwise queue behind

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from acesql_lib.pipeline import NotebookFailed, run_pipeline
-from acesql_lib.warm_kernel import WarmKernel, modules_imported
+from acesql_lib.warm_kernel import WarmKernel, modules_imported, warm_code
 
 # `email.mime.text` is imported by no module the runner or the kernel loads on their own
 PROBE = """\
@@ -30,6 +30,13 @@ def _notebook(path, *bodies: str) -> None:
     nb.cells = [params, *(nbformat.v4.new_code_cell(b) for b in bodies)]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
+
+
+def test_the_pre_import_leaves_no_name_in_the_kernel_even_with_no_modules():
+    for modules in ([], ["json"]):
+        space: dict = {}
+        exec(warm_code(modules), space)
+        assert set(space) == {"__builtins__"}
 
 
 def test_modules_imported_reads_every_import_statement_once_in_order(tmp_path):
@@ -89,4 +96,14 @@ def test_a_kernel_that_dies_while_importing_fails_its_notebook_instead_of_hangin
     _notebook(books / "00_first.ipynb", "print('first')")
     _notebook(books / "01_dies.ipynb", "import acesql_dies_on_import")
     with pytest.raises(NotebookFailed, match="01_dies.ipynb failed"):
+        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False, calibrate=False)
+
+
+def test_a_notebook_that_is_not_json_fails_by_its_name(tmp_path):
+    books = tmp_path / "notebooks"
+    books.mkdir()
+    _notebook(books / "00_first.ipynb", "print('first')")
+    (books / "01_broken.ipynb").write_text('{"cells": [')  # the kernel started ahead of it imports nothing
+    assert modules_imported(books / "01_broken.ipynb") == []
+    with pytest.raises(NotebookFailed, match="01_broken.ipynb failed"):
         run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False, calibrate=False)
