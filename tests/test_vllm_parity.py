@@ -182,7 +182,7 @@ def _setup_script(venv, **env):
 
 def test_a_build_stamped_with_the_current_pins_is_ready_without_importing_vllm(tmp_path):
     """scripts/setup_vllm_cpu.sh: an environment whose .installed stamp holds the digest of the pins and of the
-    script is ready at once (its interpreter is not run); a stale stamp sends it to the import check. PYTHON=/bin/false
+    scripts that build it is ready at once (its interpreter is not run); a stale stamp sends it to the import check. PYTHON=/bin/false
     makes any attempt to build a new environment fail at once instead of downloading."""
     import hashlib
 
@@ -191,7 +191,8 @@ def test_a_build_stamped_with_the_current_pins_is_ready_without_importing_vllm(t
     ran = tmp_path / "python-ran"
     (venv / "bin" / "python").write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
     (venv / "bin" / "python").chmod(0o755)
-    sources = ["requirements.txt", "requirements-dev.txt", "requirements-gpu.in", "scripts/setup_vllm_cpu.sh"]
+    sources = ["requirements.txt", "requirements-dev.txt", "requirements-gpu.in", "scripts/setup_vllm_cpu.sh",
+               "scripts/install_requirements.py"]
     digest = hashlib.sha256(b"".join((REPO_ROOT / f).read_bytes() for f in sources)).hexdigest()
     (venv / ".installed").write_text(digest + "\n")
     done = _setup_script(venv)
