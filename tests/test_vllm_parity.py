@@ -35,6 +35,7 @@ def _sentences() -> list[str]:
 
 def run_parity(workdir: Path, in_process: bool) -> dict:
     """Runs under .venv-vllm: returns greedy outputs of both engines before and after a sync."""
+    import gc
     import time
 
     import torch
@@ -70,9 +71,15 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
                                                                 max_new_tokens=MAX_NEW_TOKENS)]
 
     hf = HFEngine(model, tokenizer)
+    try:  # a start that fails leaves the heap as it found it (VLLMEngine freezes it early in process)
+        VLLMEngine(workdir / "no-model-here", dtype="float32", max_model_len=512, in_process=in_process)
+    except Exception:
+        pass
+    frozen = {"failed_start": gc.get_freeze_count()}
     start = time.time()
     vllm_engine = VLLMEngine(folder, dtype="float32", max_model_len=512, seed=0, in_process=in_process)
     load_s = time.time() - start
+    frozen["started"] = gc.get_freeze_count()
     before = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
     sampled = vllm_engine.generate(prompts[:2], n=3, temperature=1.0, max_new_tokens=8, seed=1)
     sampled_again = vllm_engine.generate(prompts[:2], n=3, temperature=1.0, max_new_tokens=8, seed=1)
@@ -87,7 +94,9 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
     vllm_engine.sync_weights(model)
     sync_s = time.time() - start
     after = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
-    return {"before": before, "after": after, "loss": loss, "load_s": load_s, "sync_s": sync_s,
+    vllm_engine.close()
+    frozen["closed"] = gc.get_freeze_count()
+    return {"before": before, "after": after, "loss": loss, "load_s": load_s, "sync_s": sync_s, "frozen": frozen,
             "sampled_shape": [len(g) for g in sampled], "many_shape": [len(many), len(many[0])],
             "sampled_reproducible": [[c.token_ids for c in g] for g in sampled]
             == [[c.token_ids for c in g] for g in sampled_again]}
@@ -113,6 +122,11 @@ def test_vllm_matches_hf_before_and_after_sync(tmp_path, sync_route):
     assert result["sampled_shape"] == [3, 3]
     assert result["many_shape"] == [160, 8]
     assert result["sampled_reproducible"]
+    # Python's heap: frozen while an engine core runs in this process (vLLM's freeze, which VLLMEngine makes
+    # early), never by an engine whose core runs in its own process; thawed after a failed start and a close.
+    frozen = result["frozen"]
+    assert frozen["failed_start"] == 0 and frozen["closed"] == 0, frozen
+    assert (frozen["started"] > 0) == (sync_route == "in_process"), frozen
 
 
 # the opt-out rule itself (no vLLM needed) ---------------------------------------------------
