@@ -70,7 +70,7 @@ study: $(STAMP)
 readme-results: $(STAMP)
 	$(PY) scripts/readme_results.py --profile $(PROFILE)
 
-# Both environments are built side by side (one pip each), .venv-vllm unless ACESQL_SKIP_VLLM opts out of its tests.
+# Both environments are built side by side (one install each), .venv-vllm unless ACESQL_SKIP_VLLM opts out of its tests.
 test:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(if $(ACESQL_SKIP_VLLM),,vllm-venv)
 	$(PY) -m pytest -q $(PYTEST_ARGS)
