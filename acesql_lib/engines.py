@@ -26,6 +26,7 @@ import torch
 from .config import EngineConfig
 from .models import END_OF_TEXT, IM_END
 from .sharding import gathered_fsdp, is_sharded
+from .workers import DECODE_THREADS
 
 
 @dataclass
@@ -95,6 +96,28 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
 # time this many are written, so a long budget (the paper's 2,048) never reserves more than this beyond what is
 # written, where a GPU batch's whole budget could exceed its memory
 CACHE_ROOM = 256
+
+def decode_threads() -> int:
+    """The torch threads HFEngine decodes with on CPU: the `ACESQL_DECODE_THREADS` variable (workers.DECODE_THREADS)
+    where set, else 0 for the process's own count. Decoding splits no sum across threads (each thread takes whole
+    rows, heads or output features), so its tokens are the same at any thread count."""
+    value = os.environ.get(DECODE_THREADS, "").strip() or "0"
+    if not value.isdigit():
+        raise ValueError(f"{DECODE_THREADS}={value!r}: a number of threads (0 or unset: the process's own)")
+    return int(value)
+
+
+@contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch at `threads` intra-op threads inside (0: unchanged), the count before restored on the way out."""
+    before = torch.get_num_threads()
+    if threads and threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 @functools.cache
@@ -328,7 +351,8 @@ class HFEngine(Engine):
         try:
             # A seeded call draws from its own generator state and leaves the caller's RNG untouched.
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seed is not None), \
-                    gqa_attention(self.model, enabled=self.grouped_kv and device.type == "cpu"):
+                    gqa_attention(self.model, enabled=self.grouped_kv and device.type == "cpu"), \
+                    _torch_threads(decode_threads() if device.type == "cpu" else 0):
                 if seed is not None:
                     torch.manual_seed(seed)
                 size = self.greedy_batch_size if greedy else self.batch_size

@@ -7,7 +7,11 @@ numbers depend on it: a reduction over a long vector (PCGrad's dot products and 
 so a variant trained at one thread differs from one trained at two in the last bits of its gradients. At the same
 thread count a job run in its own process gives, bit for bit, what it gives after other jobs in one process. The
 workers' OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they
-compute: spinning, two workers of two threads on 2 cores took 182 s where passive ones took 68 s.
+compute: spinning, two workers of two threads on 2 cores took 182 s where passive ones took 68 s. Where several
+workers share the cores, each decodes with the HF engine at its share of this process's threads (`DECODE_THREADS`
+in its environment, read by `engines.decode_threads`; decoded tokens do not depend on the thread count) and keeps
+them all for the rest: notebook 06's variants 105.5 -> 98.9 s, the distillation's generation 65.3 -> 58.0 s summed
+over its workers, every result the same.
 
 A job is a function of the kit named `module:function` and its keyword arguments, written to a job file (a pickle
 of both). A worker, `python -m acesql_lib.workers`, reads job files' paths on its standard input, one per line,
@@ -30,6 +34,10 @@ from typing import Any, Sequence
 
 from .progress import tqdm
 
+# A worker's torch threads for the HF engine's decoding (engines.decode_threads), in its environment where several
+# workers share the cores: two workers of two threads each on 2 cores wait on each other's threads.
+DECODE_THREADS = "ACESQL_DECODE_THREADS"
+
 
 @dataclass
 class Job:
@@ -45,6 +53,8 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str = "jobs", progress: bo
     import torch
 
     threads = torch.get_num_threads()  # this process's: a reduction's sums depend on the thread count
+    running = max(1, min(workers, len(jobs)))
+    decode = max(1, threads // running) if running > 1 else 0  # each worker's share for decoding (module docstring)
     pending = list(enumerate(jobs))
     procs: list[subprocess.Popen] = []
     busy: dict[int, int] = {}  # worker -> the job it runs
@@ -52,13 +62,13 @@ def run_jobs(jobs: Sequence[Job], workers: int, desc: str = "jobs", progress: bo
     bar = tqdm(total=len(jobs), desc=desc, unit="job", disable=not progress)
     try:
         while pending or busy:
-            for w in range(max(1, min(workers, len(jobs)))):  # hand each idle worker the next job
+            for w in range(running):  # hand each idle worker the next job
                 if w in busy or not pending:
                     continue
                 i, job = pending.pop(0)
                 _write_job(job, threads)
                 if w == len(procs):
-                    procs.append(_start(job))
+                    procs.append(_start(job, decode))
                 procs[w].stdin.write(f"{_job_file(job.log)}\n")
                 procs[w].stdin.flush()
                 busy[w] = i
@@ -105,20 +115,21 @@ def _write_job(job: Job, threads: int) -> None:
                                                  "log": str(job.log)}))
 
 
-def _start(first: Job) -> subprocess.Popen:
-    """A worker reading job files on its standard input; until its first job opens its own log, the worker's
-    output goes to that job's log."""
+def _start(first: Job, decode_threads: int = 0) -> subprocess.Popen:
+    """A worker reading job files on its standard input, decoding at `decode_threads` (0: this process's setting);
+    until its first job opens its own log, the worker's output goes to that job's log."""
     kit = str(Path(__file__).resolve().parents[1])  # the worker imports the kit this process runs
     path = os.pathsep.join(p for p in (kit, os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "ACESQL_PROGRESS": "text", "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {**os.environ, "PYTHONPATH": path, "ACESQL_PROGRESS": "text", "OMP_WAIT_POLICY": "PASSIVE",
+           **({DECODE_THREADS: str(decode_threads)} if decode_threads else {})}
     with open(first.log, "w", encoding="utf-8") as f:  # the child keeps its own copy of the handle
         return subprocess.Popen([sys.executable, "-m", "acesql_lib.workers"], stdin=subprocess.PIPE, text=True,
                                 stdout=f, stderr=subprocess.STDOUT, env=env)
 
 
 def probe(value: Any = None, fail: bool = False, sleep_s: float = 0.0) -> dict[str, Any]:
-    """A job that reports the process it ran in (pid, torch threads, OpenMP wait policy): the tests' job, and a
-    quick look at what a machine's workers get."""
+    """A job that reports the process it ran in (pid, torch threads, decoding threads, OpenMP wait policy): the
+    tests' job, and a quick look at what a machine's workers get."""
     import torch
 
     print(f"probe {value!r} in process {os.getpid()}", flush=True)  # to this job's log
@@ -126,7 +137,7 @@ def probe(value: Any = None, fail: bool = False, sleep_s: float = 0.0) -> dict[s
     if fail:
         raise ValueError(f"probe asked to fail on {value!r}")
     return {"value": value, "pid": os.getpid(), "threads": torch.get_num_threads(),
-            "wait_policy": os.environ.get("OMP_WAIT_POLICY")}
+            "decode_threads": os.environ.get(DECODE_THREADS), "wait_policy": os.environ.get("OMP_WAIT_POLICY")}
 
 
 def call(func: str, kwargs: dict[str, Any]) -> Any:

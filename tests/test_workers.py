@@ -30,6 +30,7 @@ def test_results_come_back_in_job_order_from_other_processes_at_this_thread_coun
     assert os.getpid() not in pids and len(set(pids)) == 2  # two workers; the first to finish took job 2
     assert pids[2] == pids[1] != pids[0]  # job 1 (1 s) ended before job 0 (1.5 s)
     assert {r["threads"] for r in out} == {1} and {r["wait_policy"] for r in out} == {"PASSIVE"}
+    assert {r["decode_threads"] for r in out} == {"1"}  # two workers share this process's one thread: one each
     assert not list(tmp_path.glob("*.job")) and not list(tmp_path.glob("*.result"))  # logs stay, nothing else
     for i, r in enumerate(out):  # each job's output in its own log, also for a worker's second job
         log = (tmp_path / f"p{i}.log").read_text()
@@ -58,3 +59,17 @@ def test_a_job_failing_in_a_workers_second_job_is_named_with_its_own_log(tmp_pat
 def test_a_worker_runs_only_the_kits_functions():
     with pytest.raises(ValueError, match="only the kit's functions"):
         call("os:system", {"command": "true"})
+
+
+def test_workers_decode_at_their_share_of_the_threads_and_a_lone_worker_at_the_process_count(tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(4)
+    try:
+        two = run_jobs([Job(f"p{i}", PROBE, tmp_path / f"two{i}.log", {"value": i}) for i in range(2)], workers=2,
+                       progress=False)
+        one = run_jobs([Job(f"p{i}", PROBE, tmp_path / f"one{i}.log", {"value": i}) for i in range(2)], workers=1,
+                       progress=False)
+    finally:
+        torch.set_num_threads(before)
+    assert [(r["threads"], r["decode_threads"]) for r in two] == [(4, "2"), (4, "2")]
+    assert [(r["threads"], r["decode_threads"]) for r in one] == [(4, None), (4, None)]  # unset: its own count
