@@ -24,7 +24,7 @@ REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
 .PHONY: lab lock venv reproduce test test-gpu test-fast vllm-venv bench clean-reports strip readme-results study ship-base
 
 # uv installs the pins from pip's own package sources (scripts/install_requirements.py: the same packages,
-# about 2.5x faster; ACESQL_INSTALLER=pip for pip alone), byte-compiled as pip compiles them: where
+# faster; ACESQL_INSTALLER=pip for pip alone), byte-compiled as pip compiles them: where
 # PYTHONDONTWRITEBYTECODE is set, as in many CI images, Python would otherwise compile torch and transformers
 # again in every process it starts (the test suite took 1,380 s against 955 s).
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/install_requirements.py

@@ -97,6 +97,7 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
 # written, where a GPU batch's whole budget could exceed its memory
 CACHE_ROOM = 256
 
+
 def decode_threads() -> int:
     """The torch threads HFEngine decodes with on CPU: the `ACESQL_DECODE_THREADS` variable (workers.DECODE_THREADS)
     where set, else 0 for the process's own count. Decoding splits no sum across threads (each thread takes whole

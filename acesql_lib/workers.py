@@ -162,7 +162,7 @@ def run_job_file(job_file: Path, to_log: bool = False) -> None:
 
     torch.set_num_threads(job["threads"])
     result = call(job["func"], job["kwargs"])
-    out = job_file.with_name(job_file.name[:-len(".job")] + ".result")
+    out = _result_file(Path(job["log"]))
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(pickle.dumps(result))
     sys.stdout.flush()

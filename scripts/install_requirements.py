@@ -6,8 +6,9 @@
 `make venv` and scripts/setup_vllm_cpu.sh install through this script. PIP_INSTALL_ARGS are those of
 `pip install` that `uv pip install` shares (-r FILE, -c FILE, --extra-index-url URL, NAME==VERSION).
 
-Why uv: it installs the same packages as pip about 2.5-3.5x faster (the main environment 27 s against 71 s,
-the vLLM environment 35 s against 119 s; benchmarks/README.md), most of `make test`'s set-up on a fresh clone.
+Why uv: it installs the same packages as pip, faster (the main environment 27 s against 71 s; both environments
+as `make test` builds them, side by side, 62-73 s against 101 s; benchmarks/README.md), most of `make test`'s
+set-up on a fresh clone.
 
 What makes it install what pip would: uv does not read pip's configuration, so the sources pip is configured
 with (`pip config list`: its files and PIP_* variables) are handed over. Those are the find-links folders,
@@ -33,7 +34,8 @@ UV_PIN = "uv==0.13.9"
 # pip's settings that name where packages come from, and the uv option each one becomes
 SOURCES = {"find-links": "--find-links", "index-url": "--index-url", "extra-index-url": "--extra-index-url",
            "constraint": "--constraint"}
-ENV_KEYS = {"PIP_" + key.upper().replace("-", "_"): key for key in (*SOURCES, "cert", "no-index")}
+KEYS = (*SOURCES, "cert", "no-index")  # what `pip_settings` reads
+ENV_KEYS = {"PIP_" + key.upper().replace("-", "_"): key for key in KEYS}
 
 
 def pip_settings(config_lines: list[str], environ: dict[str, str]) -> dict[str, str]:
@@ -48,7 +50,7 @@ def pip_settings(config_lines: list[str], environ: dict[str, str]) -> dict[str, 
         found.setdefault(section, {})[key] = value.strip().strip("'\"")
     settings = {**found.get("global", {}), **found.get("install", {})}
     settings.update({key: environ[var] for var, key in ENV_KEYS.items() if environ.get(var, "").strip()})
-    return {k: v for k, v in settings.items() if k in SOURCES or k in ("cert", "no-index")}
+    return {k: v for k, v in settings.items() if k in KEYS}
 
 
 def _exists(location: str) -> bool:
