@@ -275,6 +275,11 @@ class EngineConfig:
     # tokens (the tiny distillation's 768 samples of 64 questions all equal), sampled rollouts 1.3-1.5x faster
     # (benchmarks/hf_generate_speed.py)
     hf_share_prefix: bool = True
+    # with `hf_share_prefix`, prompts of one call that open with the same tokens, this many or more (one database's
+    # schema before its questions), also share one prefill of that opening where it is less work
+    # (`HFEngine._shared_prefix`); 0 = only a prompt's own samples share. The tiny run's greedy evaluation 1.2x, its
+    # retriever pass 2x, every prediction and sample the same (benchmarks/README.md)
+    hf_shared_opening_min: NonNegativeInt = 32
     # decoding, greedy and sampled, drops a row from the batch once it has ended (the kit's loop, `HFEngine._decode`)
     # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, greedy
     # evaluation 1.16x, sampled rollouts 1.30x (benchmarks/hf_generate_speed.py)

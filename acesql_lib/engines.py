@@ -157,6 +157,13 @@ def _in_place_layer() -> type:
         def _views(self) -> None:
             self.keys, self.values = self.k_buffer[..., :self.filled, :], self.v_buffer[..., :self.filled, :]
 
+        def gather_columns(self, index: torch.Tensor) -> None:
+            at = index[:, None, :, None].expand(-1, self.keys.shape[1], -1, self.keys.shape[-1])
+            keys, values = self.keys.gather(2, at), self.values.gather(2, at)
+            self.k_buffer = self.v_buffer = None
+            self.filled = 0
+            self.update(keys, values)
+
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self.filled:
                 self.k_buffer, self.v_buffer = self.k_buffer[indices], self.v_buffer[indices]
@@ -193,6 +200,86 @@ def _sampling_warpers(temperature: float, top_p: float) -> Any:
     return warpers
 
 
+def exponential_noise(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """What `torch.empty(shape, dtype=dtype, device=device).exponential_(1)` draws, from the same random stream and
+    leaving the generator in the same state, in a third of the time on CPU. torch's CPU kernel draws, one element
+    at a time in scalar code, a double uniform u from 53 random bits and returns -log1p(-u) rounded to `dtype`;
+    here `uniform_` draws the same doubles and a vectorised log1p transforms them. The two log1p may differ in the
+    last bit of a double, which rounding to float32 removes (tests/test_engines.py compares millions of draws).
+    Other devices and dtypes draw with `exponential_` itself."""
+    if device.type != "cpu" or dtype != torch.float32:
+        return torch.empty(shape, dtype=dtype, device=device).exponential_(1)
+    u = torch.empty(shape, dtype=torch.float64, device=device).uniform_()
+    return torch.log1p(u.neg_(), out=u).neg_().to(dtype)
+
+
+def _left_padded(rows: Sequence[Sequence[int]], width: int, pad: int, device: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of `rows` left-padded to `width` with `pad`."""
+    ids = torch.tensor([[pad] * (width - len(x)) + list(x) for x in rows], dtype=torch.long, device=device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in rows], dtype=torch.long, device=device)
+    return ids, mask
+
+
+def _plain_layers(cache: Any) -> bool:
+    """Whether every layer of `cache` keeps all its columns in the order written (no sliding window)."""
+    from transformers.cache_utils import DynamicLayer
+
+    return all(type(layer) is DynamicLayer or type(layer) is _in_place_layer() for layer in cache.layers)
+
+
+def _gather_columns(cache: Any, index: torch.Tensor) -> None:
+    """Every layer's keys and values rearranged along the sequence: row b's column j becomes its column
+    index[b, j]."""
+    for layer in cache.layers:
+        if hasattr(layer, "gather_columns"):
+            layer.gather_columns(index)
+        else:
+            at = index[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+            layer.keys, layer.values = layer.keys.gather(2, at), layer.values.gather(2, at)
+
+
+def _prefill_work(model: torch.nn.Module, groups: Sequence[tuple[Sequence[int], int]],
+                  prompts: Sequence[Sequence[int]]) -> float:
+    """The work of `HFEngine._shared_prefix`'s prefills for `groups` (`_prefix_groups`), in query-key pairs of
+    attention: the groups' openings, padded to the longest, then every prompt's rest after its opening, padded to
+    the longest rest and attending over the openings' width too. A token's matrix products count as many pairs as
+    a layer's weights over twice a query head's width (query times key and weight times value per pair): about
+    580 on the tiny model, 23,000 on Qwen3-8B."""
+    config = getattr(model, "config", None)
+    layers = getattr(config, "num_hidden_layers", 1) or 1
+    heads = getattr(config, "num_attention_heads", 1) or 1
+    head_dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size", heads) // heads
+    embedding = model.get_input_embeddings().weight.numel() if hasattr(model, "get_input_embeddings") else 0
+    per_token = (sum(p.numel() for p in model.parameters()) - embedding) / layers / (2 * heads * head_dim)
+    width = max(length for _, length in groups)
+    opening = {d: length for members, length in groups for d in members}
+    rest = max(len(p) - 1 - opening[d] for d, p in enumerate(prompts))
+    return len(groups) * width * (per_token + width) + len(prompts) * rest * (per_token + width + rest)
+
+
+def _prefix_groups(prompts: Sequence[Sequence[int]], least: int) -> list[tuple[list[int], int]]:
+    """The prompts (indices into `prompts`) in groups that share an opening of `least` tokens or more, each with
+    its opening's length. In token order, a prompt joins the group before it when they share `least` tokens and at
+    least half of the group's opening (a group of one database's questions does not shrink to the chat header it
+    shares with the next database's); a prompt that joins none is a group of its own whose opening is all of it but
+    its last token. An opening never reaches a member's last token, which decoding starts from."""
+    groups: list[tuple[list[int], int]] = []
+    for d in sorted(range(len(prompts)), key=lambda i: list(prompts[i])):
+        p = prompts[d]
+        if groups:
+            members, length = groups[-1]
+            first, limit, k = prompts[members[0]], min(length, len(p) - 1), 0
+            while k < limit and first[k] == p[k]:
+                k += 1
+            if k >= least and 2 * k >= length:
+                members.append(d)
+                groups[-1] = (members, k)
+                continue
+        groups.append(([d], len(p) - 1))
+    return groups
+
+
 class HFEngine(Engine):
     """Batched `model.generate` with left padding on the live policy (so syncing is a no-op).
 
@@ -206,7 +293,9 @@ class HFEngine(Engine):
     (benchmarks/hf_generate_speed.py: static 1.04x dynamic on the greedy evaluation, 0.95x on sampled rollouts).
     With `grouped_kv`, on CPU, the grouped key/value heads go to torch's attention as they are (`gqa_attention`)
     instead of being copied per query head: the same numbers, less memory traffic. With `share_prefix`, the n
-    samples of a prompt share one prefill of it (`_shared_prefix`; not with the static cache). With `drop_finished`,
+    samples of a prompt share one prefill of it, and prompts that open alike (one database's schema) one prefill of
+    their opening of `shared_opening_min` tokens or more, where that is less work (`_shared_prefix`; not with the
+    static cache). With `drop_finished`,
     decoding runs the kit's own loop (`_decode`, a dynamic cache) that drops a row from the batch once it has ended,
     where `generate` decodes every row until the longest ends: the same tokens (a row's logits do not depend on the
     batch's other rows, and a sampled step draws its noise for the whole batch, as `generate` does), fewer rows per
@@ -219,7 +308,8 @@ class HFEngine(Engine):
 
     def __init__(self, model: torch.nn.Module, tokenizer: Any, batch_size: int = 64, cache: str = "auto",
                  sort_by_length: bool = False, grouped_kv: bool = True, greedy_batch_size: int | None = None,
-                 share_prefix: bool = True, drop_finished: bool = True, grow_in_place: bool = True):
+                 share_prefix: bool = True, drop_finished: bool = True, grow_in_place: bool = True,
+                 shared_opening_min: int = 32):
         greedy_batch_size = batch_size if greedy_batch_size is None else greedy_batch_size
         if min(batch_size, greedy_batch_size) < 1 or cache not in ("auto", "static", "dynamic"):
             raise ValueError(f"HFEngine: batch sizes ({batch_size}, greedy {greedy_batch_size}) must be >= 1, "
@@ -228,6 +318,7 @@ class HFEngine(Engine):
         self.greedy_batch_size = greedy_batch_size
         self.cache, self.sort_by_length, self.grouped_kv = cache, sort_by_length, grouped_kv
         self.share_prefix, self.drop_finished, self.grow_in_place = share_prefix, drop_finished, grow_in_place
+        self.shared_opening_min = shared_opening_min
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
         self.stops = stop_token_ids(tokenizer)
@@ -237,7 +328,8 @@ class HFEngine(Engine):
         """The engine `engine.hf_*` describes."""
         return cls(model, tokenizer, batch_size=cfg.hf_batch_size, cache=cfg.hf_cache,
                    sort_by_length=cfg.hf_sort_by_length, greedy_batch_size=cfg.hf_greedy_batch_size,
-                   share_prefix=cfg.hf_share_prefix, drop_finished=cfg.hf_drop_finished)
+                   share_prefix=cfg.hf_share_prefix, drop_finished=cfg.hf_drop_finished,
+                   shared_opening_min=cfg.hf_shared_opening_min)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
@@ -250,26 +342,66 @@ class HFEngine(Engine):
             rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
         return [rows[i: i + size] for i in range(0, len(rows), size)]
 
-    def _shared_prefix(self, input_ids: torch.Tensor, mask: torch.Tensor, batch: Sequence[int], n: int,
+    def _shared_prefix(self, encoded: Sequence[Sequence[int]], batch: Sequence[int], n: int, device: torch.device,
                        room: int | None = None) -> Any:
-        """The KV cache of a batch's prompts but their last token, computed once per distinct prompt and
-        copied to its samples (row r is a copy of prompt r // n; a prompt's copies are adjacent), or None
-        when no prompt repeats. `generate` then runs only the last prompt token and the new ones: the n
-        samples of a prompt no longer prefill it n times. Positions are those `generate` gives a
-        left-padded row (the attention mask's running count)."""
-        owners, firsts = [], []
+        """The KV cache of a batch's prompts but their last token, with prefills shared, or None when none is.
+        Row r is copy r % n of prompt `encoded[r // n]` (a prompt's copies are adjacent). The n copies of a prompt
+        share one prefill of it; prompts that open with the same `shared_opening_min` tokens or more (one
+        database's schema before its questions) also share one prefill of their common opening
+        (`_prefix_groups`), each prompt's rest then prefilled after it, where that is less work
+        (`_prefill_work`). The cache comes back laid out as the batch's left-padded rows, so `generate` runs only
+        the last prompt token and the new ones; positions are the attention mask's running count, as `generate`
+        gives a left-padded row. The greedy evaluation of the tiny run's 200 `tiny_dev` questions: the retriever's
+        pass 2.8 -> 1.4 s, every prediction the same (benchmarks/README.md)."""
+        firsts, owners = [], []  # the batch row of each distinct prompt, the distinct prompt of each row
         for i, r in enumerate(batch):
             if not firsts or r // n != batch[firsts[-1]] // n:
                 firsts.append(i)
             owners.append(len(firsts) - 1)
-        if len(firsts) == len(batch) or input_ids.shape[1] < 2:
+        prompts = [list(encoded[batch[i] // n]) for i in firsts]
+        if min(len(p) for p in prompts) < 2:
             return None
-        ids, keep = input_ids[firsts, :-1], mask[firsts, :-1]
-        positions = _padded_positions(keep)
+        alone = [([d], len(p) - 1) for d, p in enumerate(prompts)]
         cache = in_place_cache(self.model, room)
-        self.model(input_ids=ids, attention_mask=keep, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)
-        cache.batch_select_indices(torch.tensor(owners, device=input_ids.device))
+        groups = alone
+        if self.shared_opening_min and _plain_layers(cache):  # sliding windows keep their own column order
+            groups = _prefix_groups(prompts, self.shared_opening_min)
+            if len(groups) == len(prompts) or \
+                    _prefill_work(self.model, groups, prompts) >= _prefill_work(self.model, alone, prompts):
+                groups = alone
+        if len(firsts) == len(batch) and groups is alone:
+            return None
+        group_of, opening = [0] * len(prompts), [0] * len(prompts)
+        for g, (members, length) in enumerate(groups):
+            for d in members:
+                group_of[d], opening[d] = g, length
+        width = max(length for _, length in groups)
+        rest = max(len(p) - 1 - opening[d] for d, p in enumerate(prompts))  # 0 when every group is one prompt
+        if rest and room is not None:
+            cache = in_place_cache(self.model, room + rest)
+        pad = self.tokenizer.pad_token_id
+        ids, mask = _left_padded([prompts[members[0]][:length] for members, length in groups], width, pad, device)
+        self.model(input_ids=ids, attention_mask=mask, position_ids=_padded_positions(mask), past_key_values=cache,
+                   use_cache=True, logits_to_keep=1)
+        if groups is not alone:
+            pick = torch.tensor(group_of, device=device)
+            cache.batch_select_indices(pick)
+            mask = mask[pick]
+            if rest:
+                rest_ids, rest_mask = _left_padded([p[opening[d]: -1] for d, p in enumerate(prompts)], rest, pad,
+                                                   device)
+                mask = torch.cat([mask, rest_mask], dim=-1)
+                self.model(input_ids=rest_ids, attention_mask=mask, position_ids=_padded_positions(mask)[:, width:],
+                           past_key_values=cache, use_cache=True, logits_to_keep=1)
+            # each prompt's columns moved to where its left-padded row holds them: a key carries its position
+            # already, so a column's place decides only which columns are padding
+            target = max(len(p) for p in prompts) - 1
+            index = torch.zeros(len(prompts), target, dtype=torch.long, device=device)
+            for d, p in enumerate(prompts):
+                index[d, target - (len(p) - 1):] = mask[d].nonzero().squeeze(-1)
+            _gather_columns(cache, index)
+        if len(firsts) != len(batch):
+            cache.batch_select_indices(torch.tensor(owners, device=device))
         return cache
 
     def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, cache: Any = None,
@@ -306,7 +438,7 @@ class HFEngine(Engine):
                 if not bool(((probs.max() < torch.inf) & (probs.min() >= 0)).item()):  # torch.multinomial's own check
                     raise RuntimeError("HFEngine: the sampling probabilities hold inf, nan or a value < 0 (non-finite "
                                        "logits from the policy)")
-                noise = torch.empty(held, probs.shape[-1], dtype=probs.dtype, device=probs.device).exponential_(1)
+                noise = exponential_noise((held, probs.shape[-1]), probs.dtype, probs.device)
                 token = (probs / (noise if probs.shape[0] == held else noise[rows])).argmax(-1)
             for r, t, d in zip(rows.tolist(), token.tolist(), done.tolist()):
                 if not d:
@@ -364,8 +496,8 @@ class HFEngine(Engine):
                     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
                     # the kit's loop's cache: room for the last prompt token and the new ones, CACHE_ROOM at a time
                     room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.grow_in_place else None
-                    shared = None if static or not self.share_prefix else self._shared_prefix(input_ids, mask, batch, n,
-                                                                                              room)
+                    shared = None if static or not self.share_prefix else self._shared_prefix(
+                        encoded, batch, n, device, room)
                     if own_loop:
                         new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
                                                temperature=temperature, top_p=top_p, room=room)
@@ -374,7 +506,8 @@ class HFEngine(Engine):
                         continue
                     out = self.model.generate(input_ids=input_ids, attention_mask=mask, **sampling,
                                               max_new_tokens=max_new_tokens, eos_token_id=self.stops,
-                                              pad_token_id=pad, **({"past_key_values": shared} if shared else {}))
+                                              pad_token_id=pad,
+                                              **({"past_key_values": shared} if shared is not None else {}))
                     for r, new in zip(batch, out[:, width:].tolist()):
                         outputs[r] = _make_completion(new, stops, max_new_tokens, self.tokenizer)
         finally:

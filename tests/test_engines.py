@@ -253,8 +253,92 @@ def test_a_shared_prefix_is_prefilled_once_per_distinct_prompt(trained, prompts)
             assert widths[1] == (8, 1)  # then the last prompt token (shared) or the first new one
     finally:
         hook.remove()
-    assert HFEngine(model, tokenizer)._shared_prefix(torch.ones(2, 5, dtype=torch.long),
-                                                     torch.ones(2, 5, dtype=torch.long), [0, 1], n=1) is None
+    # two distinct prompts, one copy each, nothing in common: nothing to share
+    assert HFEngine(model, tokenizer)._shared_prefix([[5, 6, 7, 8], [9, 10, 11, 12]], [0, 1], 1,
+                                                     torch.device("cpu")) is None
+
+
+def test_prefix_groups_share_long_openings_only():
+    from acesql_lib.engines import _prefix_groups
+
+    schema_a, schema_b = [5] * 40, [5] * 12 + [6] * 30  # b shares 12 tokens with a: a chat header, not a schema
+    prompts = [schema_a + [7, 8], schema_b + [9], schema_a + [10, 11, 12], [3, 4], schema_b + [13, 14],
+               schema_a + [7]]
+    groups = {tuple(sorted(members)): opening for members, opening in _prefix_groups(prompts, 32)}
+    assert groups == {(0, 2, 5): 40, (1, 4): 42, (3,): 1}
+    assert _prefix_groups(prompts, 50) == [([d], len(prompts[d]) - 1) for d in (3, 5, 0, 2, 1, 4)]  # in token order
+    # an opening stops before a member's last token, however much more the others share
+    short, long_ = [5] * 33 + [6], [5] * 33 + [6, 7, 8]
+    assert [(sorted(m), k) for m, k in _prefix_groups([long_, short], 32)] == [([0, 1], 33)]
+    # a prompt that would halve the group's opening starts its own group
+    assert len(_prefix_groups([[1] * 100 + [2], [1] * 40 + [3] * 70], 32)) == 2
+
+
+@pytest.mark.parametrize("drop_finished", [True, False])
+def test_prompts_that_open_alike_share_one_prefill_of_the_opening(trained, drop_finished):
+    """Questions on one schema: the policy's first forward sees the common opening once, the second each prompt's
+    rest; greedy tokens and seeded samples are those of the engine that prefills every prompt whole."""
+    model, tokenizer = trained
+    schema = " ".join(f"question {i} about singer {i % 7}" for i in range(12))
+    asks = [_chat(tokenizer, f"{schema} {q}") for q in ["how many", "question 3 about singer 3", "name", "age"]]
+    encoded = tokenizer(asks, add_special_tokens=False)["input_ids"]
+    opening = len(__import__("os").path.commonprefix(encoded))
+    assert opening >= 32 and min(map(len, encoded)) - 1 > opening
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        shared = HFEngine(model, tokenizer, batch_size=64, drop_finished=drop_finished, cache="dynamic")
+        greedy = shared.generate(asks, temperature=0.0, max_new_tokens=12)
+        assert shapes[:2] == [(1, opening), (4, max(map(len, encoded)) - 1 - opening)]
+        sampled = shared.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4)
+    finally:
+        hook.remove()
+    for whole in (HFEngine(model, tokenizer, batch_size=64, share_prefix=False, drop_finished=False),
+                  HFEngine(model, tokenizer, batch_size=64, shared_opening_min=0, drop_finished=drop_finished,
+                           cache="dynamic")):
+        assert _ids(greedy) == _ids(whole.generate(asks, temperature=0.0, max_new_tokens=12))
+        assert _ids(sampled) == _ids(whole.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4))
+
+
+def test_openings_are_shared_only_where_that_is_less_work(trained):
+    """A long prompt that shares nothing beside three that share a short opening but have long rests: the second
+    prefill would attend over the long prompt's width and the longest rest, more work than one prefill of each
+    prompt whole, so each is prefilled whole."""
+    from acesql_lib.engines import _prefill_work, _prefix_groups
+
+    model, tokenizer = trained
+    opening = [5] * 64
+    encoded = [[3] * 300, opening + [6], opening + [8] * 250, opening + [9] * 200]
+    groups = _prefix_groups(encoded, 32)
+    assert sorted(sorted(m) for m, _ in groups) == [[0], [1, 2, 3]]
+    alone = [([d], len(p) - 1) for d, p in enumerate(encoded)]
+    assert _prefill_work(model, groups, encoded) > _prefill_work(model, alone, encoded)
+    shapes: list[tuple[int, int]] = []
+    hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        HFEngine(model, tokenizer)._shared_prefix(encoded, list(range(8)), 2, torch.device("cpu"))
+    finally:
+        hook.remove()
+    assert shapes == [(4, 313)]  # the four distinct prompts, each whole but its last token, for their two copies
+
+
+def test_exponential_noise_is_torchs_draw():
+    """The sampler's noise: torch's exponential draws, value for value, and the generator left where torch's
+    leaves it."""
+    from acesql_lib.engines import exponential_noise
+
+    ours, torchs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+    for shape in [(64, 1024)] * 40 + [(3, 7), (1, 1)]:
+        state = torch.random.get_rng_state()
+        torch.random.set_rng_state(ours.get_state())
+        noise = exponential_noise(shape, torch.float32, torch.device("cpu"))
+        ours.set_state(torch.random.get_rng_state())
+        torch.random.set_rng_state(state)
+        assert torch.equal(noise, torch.empty(shape).exponential_(1, generator=torchs))
+    assert torch.equal(ours.get_state(), torchs.get_state())
+    assert exponential_noise((2, 3), torch.float64, torch.device("cpu")).dtype == torch.float64
 
 
 def test_engine_settings_are_checked():
