@@ -52,7 +52,8 @@ from .engines import Engine, HFEngine, make_engine
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
 from .prompts import evaluation_style
-from .rollouts import QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, retrieve, select
+from .rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
+                       select)
 from .task import Task
 from .routes import alternative_route, route_share
 from .schema import Schema
@@ -208,11 +209,17 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # 3. generator on the pruned schema
     generated = generate(tasks, seen, parse=g_parse, desc=f"{stage} generator", **run)
     rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
-    # 3b. generator on the gold column set (Generator Ability; kit's definition)
+    # 3b. generator on the gold column set (Generator Ability; kit's definition). Where the voted set gives the
+    # same prompt, the answer is the one step 3 decoded from it (greedy), not decoded again
     gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
     gold_tasks = [tasks[i] for i in gold_idx]
-    on_gold = generate(gold_tasks, [[t.gold_columns] for t in gold_tasks], parse=g_parse,
-                       desc=f"{stage} generator (gold schema)", **run)
+    on_gold = [RoleSamples(list(generated[i].prompts), list(generated[i].completions), list(generated[i].parses))
+               for i in gold_idx]
+    fresh = [k for k, i in enumerate(gold_idx) if generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style,
+                                                                   spec.enable_thinking) != generated[i].prompts[0]]
+    for k, g in zip(fresh, generate([gold_tasks[k] for k in fresh], [[gold_tasks[k].gold_columns] for k in fresh],
+                                    parse=g_parse, desc=f"{stage} generator (gold schema)", **run)):
+        on_gold[k] = g
     gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
     # 4. execute everything in one batch
     rules.execute([*rolls, *gold_rolls], workers=cfg.eval.workers, progress=progress)

@@ -334,3 +334,45 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
         assert result.metrics["scoring"] == scoring
         assert read_bird_predictions(out / "predict_dev.json") == {0: ("", "concerts"), 1: (tricky, "concerts")}
     assert got == {"kit": [False, True], "authors": [True, True]}
+
+
+def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_dir, tmp_path):
+    """Where the retriever's voted set is the gold set, the gold-schema prompt is the pruned pass's prompt, and its
+    greedy answer is the one that pass decoded: only the other questions' gold-schema prompts are decoded again,
+    and every record holds what decoding each prompt would give."""
+    from acesql_lib.engines import Completion, Engine
+    from acesql_lib.prompts import AUTHORS_EVAL, evaluation_style
+    from acesql_lib.rollouts import Task, generator_prompt
+
+    cfg = load_config("tiny", {"eval.max_new_tokens": 40, "eval.retriever_max_new_tokens": 12, "eval.workers": 1})
+    examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
+    schemas = schemas_for(examples)
+    gold = {ex.question: column_set(ex.sql, schemas[ex.db_id]) for ex in examples}
+    right = {q for i, q in enumerate(gold) if i != 1}  # the retriever names the gold set for these
+
+    def answer(prompt: str, max_new_tokens: int) -> str:
+        if max_new_tokens == 40:  # the generator: an answer that tells its prompt from any other
+            return f"```sql\nSELECT {len(prompt)} FROM singer\n```"
+        question = next(q for q in gold if q in prompt)
+        return retriever_target(sorted(gold[question]) if question in right else ["singer.name", "singer.age"],
+                                "", prefilled_think=False)
+
+    calls: list[list[str]] = []
+
+    class ByPrompt(Engine):
+        def generate(self, prompts, n=1, temperature=1.0, top_p=1.0, max_new_tokens=256, seed=None):
+            calls.append(list(prompts))
+            return [[Completion(answer(p, max_new_tokens), [1], 1, False)] * n for p in prompts]
+
+    tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
+    result = evaluate(None, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=tmp_path, set_name="dev",
+                      engine=ByPrompt(), progress=False)
+    style = evaluation_style(cfg.model.prompt_style)
+    assert style != AUTHORS_EVAL
+    on_gold = {ex.question: generator_prompt(Task(ex, schemas[ex.db_id]), gold[ex.question], tok, style,
+                                             cfg.engine.enable_thinking) for ex in examples}
+    assert len(calls) == 3 and calls[2] == [on_gold[q] for q in gold if q not in right]
+    for r in result.records:
+        assert r["retrieved_columns"] == sorted(gold[r["question"]]) or r["question"] not in right
+        assert r["gold_schema_sql"] == f"SELECT {len(on_gold[r['question']])} FROM singer"
+    assert result.metrics["generator_ability_n"] == 3
