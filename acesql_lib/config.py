@@ -416,6 +416,10 @@ class GRPOConfig:
     # samples, the vote, 8 generator samples per question at val_temperature; EX is the share of matching samples
     val_retriever_samples: PositiveInt = 8
     val_samples: PositiveInt = 8  # generator samples per validation question
+    # the validation before the first update read back where the run folder holds one of the same SFT model,
+    # questions, pool targets, settings and code (JointGRPO.validate_start): the ablation variants start where the
+    # full run did, and validate the same rollouts. Single-process runs; the same numbers either way
+    reuse_start_validation: bool = True
     save_every: NonNegativeInt = 80  # §4.11
     keep_checkpoints: NonNegativeInt = 3
     report_to: Tracker = "none"  # tracker for metrics.jsonl's metrics: none, tensorboard, wandb or trackio (kit's option)

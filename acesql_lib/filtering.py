@@ -92,16 +92,21 @@ def _parse_one(sql: str) -> exp.Expr | None:
 
 def normalize_sql(sql: str) -> str:
     """A canonical text for duplicate detection; falls back to lower case + collapsed whitespace."""
+    return _normal_form(sql)[0]
+
+
+def _normal_form(sql: str) -> tuple[str, bool]:
+    """`normalize_sql`'s text, and whether `sql` parses as one statement (`_parse_one`)."""
     tree = _parse_one(sql)
     if tree is not None:
         try:
             tree = normalize_identifiers(tree, dialect=DIALECT)
             for ident in tree.find_all(exp.Identifier):  # `name`, "name", [name] and name are one column
                 ident.set("quoted", False)
-            return tree.sql(dialect=DIALECT, normalize=True)
+            return tree.sql(dialect=DIALECT, normalize=True), True
         except (SqlglotError, ValueError, RecursionError):
             pass
-    return " ".join(str(sql).strip().rstrip(";").lower().split())
+    return " ".join(str(sql).strip().rstrip(";").lower().split()), tree is not None
 
 
 # the filter ---------------------------------------------------------------------------------
@@ -172,10 +177,12 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
                 keep.append(e)
         stage("dedup_questions", keep, reasons)
 
+    parses: dict[str, bool] = {}  # sqlglot parses a query once here, not again for the gold check below
     if cfg.dedup_sql:
         seen, keep, reasons = set(), [], []
         for e in pool:
-            key = (e.db_id, normalize_sql(e.sql))
+            text, parses[e.sql] = _normal_form(e.sql)
+            key = (e.db_id, text)
             if key in seen:
                 reasons.append("duplicate_sql")
             else:
@@ -187,7 +194,7 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
     if cfg.require_execution:
         keep, reasons = [], []
         for e in pool:
-            if _parse_one(e.sql) is None:
+            if not (parses[e.sql] if e.sql in parses else _parse_one(e.sql) is not None):
                 reasons.append("sql_unparseable")
                 continue
             try:

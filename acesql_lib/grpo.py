@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import random
 import signal
 import time
@@ -45,7 +46,7 @@ from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retri
 from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .task import Task
 from .routes import rollout_route_records, route_share
-from .reuse_keys import engine_key
+from .reuse_keys import engine_key, settings_hash
 from .sharding import (full_state_dict, is_sharded, kit_fsdp2, reduce_gradients_in_fp32, shard_policy, shard_reference,
                        unsharded)
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
@@ -227,6 +228,11 @@ class StepReport:
     pcgrad: list[dict[str, Any]] = field(default_factory=list)
 
 
+# the modules a validation's numbers come from (JointGRPO._start_key)
+START_VALIDATION_CODE = ("grpo", "rollouts", "task", "prompts", "engines", "executor", "schema", "values_index",
+                         "sqlcolumns", "pool", "models")
+
+
 class NonFiniteLoss(FloatingPointError):
     pass
 
@@ -271,6 +277,7 @@ class JointGRPO:
         self.state = ckpt.TrainState()
         self._stop_requested = False
         self._val_start: dict[str, float] = {}  # validation before step 1, logged with it (validate_start)
+        self.policy_source: str | None = None  # the folder the policy was loaded from (build_trainer), for _start_key
         self._phases_at_collect = totals()
         self._tracker: Any = None
         self.record_grads = False  # keep a copy of the final combined gradient of each step (inspection, tests)
@@ -527,10 +534,51 @@ class JointGRPO:
 
     def validate_start(self) -> dict[str, float]:
         """The starting point of the validation curve, before any update (only at step 0); logged with step 1
-        as val/*_start. Validation is seeded on its own RNG, so training is unchanged by it."""
+        as val/*_start. Validation is seeded on its own RNG, so training is unchanged by it, and reading it back
+        (`_start_key`) changes nothing else."""
         if self.val_tasks and self.state.step == 0 and not self._val_start:
-            self._val_start = self.validate()
+            key = self._start_key()
+            key_text = json.dumps(key, sort_keys=True, default=str)
+            saved = self.out.parent / "start_validation" / f"{settings_hash(key)}.json" if key else None
+            try:
+                stored = json.loads(saved.read_text()) if saved else {}
+            except (OSError, json.JSONDecodeError):
+                stored = {}  # none yet, or half written: validate
+            if saved and stored.get("key") == key_text and isinstance(stored.get("metrics"), dict):
+                self._val_start = stored["metrics"]
+            else:
+                self._val_start = self.validate()
+                if saved and self.acc.is_main_process:  # whole or not at all
+                    saved.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = saved.with_name(f"{saved.name}.tmp-{os.getpid()}")
+                    tmp.write_text(json.dumps({"key": key_text, "metrics": self._val_start}, sort_keys=True))
+                    tmp.replace(saved)
         return self._val_start
+
+    def _start_key(self) -> dict[str, Any] | None:
+        """Everything the validation before any update depends on, or None where it is not read back (switched
+        off, several processes, a policy of unknown source): the SFT model (`models.model_tag`; fresh LoRA adapters
+        add nothing yet), its settings and the engine's, the validation's sampling and judging rules, every
+        question's retriever prompt (schema text, values, template), gold SQL and database file, the pool's
+        targets for the questions, and the code."""
+        if not self.g.reuse_start_validation or self.acc.num_processes != 1 or not self.policy_source:
+            return None
+        from .models import model_tag
+        from .reuse_keys import code_hash
+        from .rollouts import retriever_prompt
+
+        spec = SamplingSpec.validation(self.cfg)
+        questions = []
+        for t in self.val_tasks:
+            db = Path(t.example.db_path)
+            questions.append([t.qid, retriever_prompt(t, self.tokenizer, self.style, spec.enable_thinking),
+                              t.example.sql, str(db), *((db.stat().st_size, db.stat().st_mtime_ns) if db.is_file()
+                                                        else (None, None)),
+                              sorted(sorted(s) for s in self.pool.targets(t.qid) or [])])
+        return {"model": model_tag(self.policy_source), "settings": dataclasses.asdict(self.cfg.model),
+                "engine": engine_key(self.cfg.engine), "sampling": dataclasses.asdict(spec),
+                "rules": dataclasses.asdict(self.rules), "questions": settings_hash(questions),
+                "code": code_hash(*START_VALIDATION_CODE)}
 
     def train(self, on_step: Callable[[StepReport], None] | None = None, stop_after: int | None = None) -> Path:
         """Run to `total_steps` (or `stop_after`), logging JSONL and saving every `save_every` steps."""
@@ -800,6 +848,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     accelerator.wait_for_everyone()
     trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, out,
                         val_tasks=val_tasks, accelerator=accelerator, style=style, progress=progress)
+    trainer.policy_source = str(paths.sft_model)
     trainer.resume()
     return trainer
 

@@ -213,6 +213,44 @@ def test_validation_averages_val_samples_generator_samples_per_question(rl_templ
                                                          rel=1e-12)
 
 
+def test_the_validation_before_the_first_update_is_read_back_by_a_run_that_starts_alike(rl_template, tmp_path):
+    """The ablation variants start from the full run's SFT model with the same questions: the first variant
+    validates and stores its starting point, one of another variant with the same pool reads it back without
+    rolling out, and one whose pool targets, sampling or code differs (or that switches reuse off) validates."""
+    run = fresh_run(rl_template, tmp_path, "s")
+    rolled = []
+
+    def trainer_for(variant: str, **extra):
+        ctx = RunContext.create("tiny", rl_overrides(run, **extra))
+        trainer = build_trainer(ctx.cfg, ctx.paths, variant, progress=False)
+        validate = trainer.validate
+
+        def counted():
+            rolled.append(variant)
+            return validate()
+
+        trainer.validate = counted
+        return trainer
+
+    first = trainer_for("full").validate_start()
+    assert rolled == ["full"] and set(first) == {"val/ex", "val/retriever_exact"}
+    stored = list((run / "grpo" / "start_validation").glob("*.json"))
+    assert len(stored) == 1
+    assert trainer_for("no_pcgrad", **{"grpo.pcgrad": "none"}).validate_start() == first  # read back
+    assert rolled == ["full"]
+    again = trainer_for("hotter", **{"grpo.val_temperature": 1.3})
+    again.validate_start()
+    assert rolled == ["full", "hotter"] and len(list(stored[0].parent.glob("*.json"))) == 2
+    off = trainer_for("off", **{"grpo.reuse_start_validation": False})
+    assert off.validate_start() == first and rolled[-1] == "off"
+    static = trainer_for("static_gold", **{"grpo.pool_init": "static_gold"})
+    static.pool.targets = lambda qid: []  # another pool: its targets are part of what is judged
+    static.validate_start()
+    assert rolled[-1] == "static_gold"
+    stored[0].write_text("{half written")  # a broken entry is validated again and replaced
+    assert trainer_for("full2").validate_start() == first and rolled[-1] == "full2"
+
+
 def test_report_to_tensorboard_logs_the_jsonl_metrics(rl_template, tmp_path):
     run = fresh_run(rl_template, tmp_path, "tb")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 2, "grpo.report_to": "tensorboard"}))
