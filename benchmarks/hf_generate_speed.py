@@ -15,11 +15,15 @@ transformers' "sdpa" does with a padding mask), `+grouped_kv`, `+static` (preall
 prompt for its n samples; `auto_cache` adds the static cache for greedy decoding only, and `+drop_finished`
 decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `copying_cache`
 is the defaults with transformers' dynamic cache in that loop (copied whole at every step) instead of the kit's
-cache that grows in place; `default` is what
-`EngineConfig` sets. Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D, ...) so a load
-change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
-ratio to `before`, and whether the outputs equal `before`'s: greedy, every pass's parsed output and token
-count; sampled, every sample's tokens (the seeded draws follow the batch order, so `+sorted` draws others).
+cache that grows in place; `no_openings` the defaults with every prompt prefilled whole (prompts that open with
+one database's schema no longer share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
+by torch's `exponential_`; `default` is what `EngineConfig` sets. (`+shared_prefix`, `auto_cache` and
+`+drop_finished` share only a prompt's own samples' prefill, as when they were measured.) Greedy calls take
+`--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D,
+...) so a load change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
+ratio to the first variant, and whether the outputs equal the first variant's: greedy, every pass's parsed output
+and token count; sampled, every sample's tokens (the seeded draws follow the batch order, so `+sorted` draws
+others).
 
     python benchmarks/hf_generate_speed.py --questions 64 --rounds 2
     -> reports/benchmarks/hf_generate_speed.json
@@ -47,16 +51,26 @@ VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.
     "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
     "+sorted": dict(cache="static", sort_by_length=True, grouped_kv=True, share_prefix=False, drop_finished=False),
     # +grouped_kv with one prefill per distinct prompt for its n samples (dynamic cache only)
-    "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
+    "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False,
+                           shared_opening_min=0),
     # the defaults before greedy rows left the batch when they end: the static cache for greedy decoding
-    "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False),
+    "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False,
+                       shared_opening_min=0),
     # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
-    "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True),
+    "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True,
+                           shared_opening_min=0),
     # the defaults with transformers' dynamic cache in the kit's loop, copied whole at every step, instead of one
     # that grows in place
     "copying_cache": dict(grow_in_place=False),
+    # the defaults but every prompt prefilled whole: prompts that open alike (one database's schema) no longer share
+    # one prefill of their opening (`engine.hf_shared_opening_min` 0)
+    "no_openings": dict(shared_opening_min=0),
+    # the defaults with the sampler's noise drawn by torch's `exponential_` (scalar code) instead of
+    # `engines.exponential_noise` (the same draws)
+    "torch_noise": {},
     "default": {},  # EngineConfig's defaults
 }
+TORCH_NOISE = {"torch_noise"}
 
 
 def main() -> None:
@@ -74,6 +88,7 @@ def main() -> None:
 
     import torch
 
+    from acesql_lib import engines
     from acesql_lib.context import RunContext
     from acesql_lib.datasets import schemas_for, training_pool
     from acesql_lib.engines import HFEngine
@@ -103,6 +118,10 @@ def main() -> None:
             if not hasattr(engine, lever):
                 raise AttributeError(f"variant {variant}: HFEngine has no setting {lever!r}")
             setattr(engine, lever, value)
+        noise = engines.exponential_noise
+        if variant in TORCH_NOISE:
+            engines.exponential_noise = lambda shape, dtype, device: torch.empty(shape, dtype=dtype,
+                                                                                  device=device).exponential_(1)
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
@@ -118,6 +137,7 @@ def main() -> None:
             score = 100.0 * sum(sum(r.matches) for r in rolls) / max(1, sum(len(r.matches) for r in rolls))
         seconds = time.perf_counter() - start
         generation = totals().get("generation", 0.0) - before.get("generation", 0.0)
+        engines.exponential_noise = noise
         return dict(seconds=seconds, generation_s=generation, tokens=tokens, score=score, outputs=outputs)
 
     torch.manual_seed(0)
