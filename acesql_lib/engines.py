@@ -239,19 +239,24 @@ def _gather_columns(cache: Any, index: torch.Tensor) -> None:
             layer.keys, layer.values = layer.keys.gather(2, at), layer.values.gather(2, at)
 
 
-def _prefill_work(model: torch.nn.Module, groups: Sequence[tuple[Sequence[int], int]],
-                  prompts: Sequence[Sequence[int]]) -> float:
-    """The work of `HFEngine._shared_prefix`'s prefills for `groups` (`_prefix_groups`), in query-key pairs of
-    attention: the groups' openings, padded to the longest, then every prompt's rest after its opening, padded to
-    the longest rest and attending over the openings' width too. A token's matrix products count as many pairs as
-    a layer's weights over twice a query head's width (query times key and weight times value per pair): about
-    580 on the tiny model, 23,000 on Qwen3-8B."""
+def _token_work(model: torch.nn.Module) -> float:
+    """A token's matrix products in query-key pairs of attention (`_prefill_work`'s unit): a layer's weights over
+    twice a query head's width (query times key and weight times value per pair); about 580 on the tiny model,
+    23,000 on Qwen3-8B."""
     config = getattr(model, "config", None)
     layers = getattr(config, "num_hidden_layers", 1) or 1
     heads = getattr(config, "num_attention_heads", 1) or 1
     head_dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size", heads) // heads
     embedding = model.get_input_embeddings().weight.numel() if hasattr(model, "get_input_embeddings") else 0
-    per_token = (sum(p.numel() for p in model.parameters()) - embedding) / layers / (2 * heads * head_dim)
+    return (sum(p.numel() for p in model.parameters()) - embedding) / layers / (2 * heads * head_dim)
+
+
+def _prefill_work(per_token: float, groups: Sequence[tuple[Sequence[int], int]],
+                  prompts: Sequence[Sequence[int]]) -> float:
+    """The work of `HFEngine._shared_prefix`'s prefills for `groups` (`_prefix_groups`), in query-key pairs of
+    attention, a token's matrix products counting `per_token` pairs (`_token_work`): the groups' openings, padded
+    to the longest, then every prompt's rest after its opening, padded to the longest rest and attending over the
+    openings' width too."""
     width = max(length for _, length in groups)
     opening = {d: length for members, length in groups for d in members}
     rest = max(len(p) - 1 - opening[d] for d, p in enumerate(prompts))
@@ -366,8 +371,9 @@ class HFEngine(Engine):
         groups = alone
         if self.shared_opening_min and _plain_layers(cache):  # sliding windows keep their own column order
             groups = _prefix_groups(prompts, self.shared_opening_min)
-            if len(groups) == len(prompts) or \
-                    _prefill_work(self.model, groups, prompts) >= _prefill_work(self.model, alone, prompts):
+            per_token = _token_work(self.model) if len(groups) < len(prompts) else None
+            if per_token is None or _prefill_work(per_token, groups, prompts) >= _prefill_work(per_token, alone,
+                                                                                                prompts):
                 groups = alone
         if len(firsts) == len(batch) and groups is alone:
             return None
@@ -492,8 +498,7 @@ class HFEngine(Engine):
                 for batch in self._batches([len(e) for e in encoded], n, size):
                     ids = [encoded[r // n] for r in batch]
                     width = max(len(x) for x in ids)
-                    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)
-                    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=device)
+                    input_ids, mask = _left_padded(ids, width, pad, device)
                     # the kit's loop's cache: room for the last prompt token and the new ones, CACHE_ROOM at a time
                     room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.grow_in_place else None
                     shared = None if static or not self.share_prefix else self._shared_prefix(

@@ -305,7 +305,7 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
     """A long prompt that shares nothing beside three that share a short opening but have long rests: the second
     prefill would attend over the long prompt's width and the longest rest, more work than one prefill of each
     prompt whole, so each is prefilled whole."""
-    from acesql_lib.engines import _prefill_work, _prefix_groups
+    from acesql_lib.engines import _prefill_work, _prefix_groups, _token_work
 
     model, tokenizer = trained
     opening = [5] * 64
@@ -313,7 +313,7 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
     groups = _prefix_groups(encoded, 32)
     assert sorted(sorted(m) for m, _ in groups) == [[0], [1, 2, 3]]
     alone = [([d], len(p) - 1) for d, p in enumerate(encoded)]
-    assert _prefill_work(model, groups, encoded) > _prefill_work(model, alone, encoded)
+    assert _prefill_work(_token_work(model), groups, encoded) > _prefill_work(_token_work(model), alone, encoded)
     shapes: list[tuple[int, int]] = []
     hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
                                            with_kwargs=True)
