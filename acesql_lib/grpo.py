@@ -571,9 +571,9 @@ class JointGRPO:
         questions = []
         for t in self.val_tasks:
             db = Path(t.example.db_path)
+            st = db.stat() if db.is_file() else None
             questions.append([t.qid, retriever_prompt(t, self.tokenizer, self.style, spec.enable_thinking),
-                              t.example.sql, str(db), *((db.stat().st_size, db.stat().st_mtime_ns) if db.is_file()
-                                                        else (None, None)),
+                              t.example.sql, str(db), st and st.st_size, st and st.st_mtime_ns,
                               sorted(sorted(s) for s in self.pool.targets(t.qid) or [])])
         return {"model": model_tag(self.policy_source), "settings": dataclasses.asdict(self.cfg.model),
                 "engine": engine_key(self.cfg.engine), "sampling": dataclasses.asdict(spec),
