@@ -150,39 +150,72 @@ class TestPredictionLearnsTheGold:
 SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
+with open({marker!r}, "a") as f:  # each process that runs this script's top level leaves a line
+    f.write("ran\\n")
 from acesql_lib.executor import execute, score_batch
 {body}
 """
 
 
-def run_script(tmp_path, body: str, guard: bool, timeout_s: float = 90):
+def run_script(tmp_path, body: str, guard: bool, as_module: bool = False, timeout_s: float = 90):
+    """`body` in a caller script (`python caller_script.py`, or `python -m caller_script`); returns the process,
+    its wall time and how many processes ran the script's top level."""
     code = f"r = {body}\nprint('RESULT', r)"
     if guard:
         code = 'if __name__ == "__main__":\n' + textwrap.indent(code, "    ")
-    path = tmp_path / "caller_script.py"
-    path.write_text(SCRIPT.format(repo=str(REPO), body=code))
+    path, marker = tmp_path / "caller_script.py", tmp_path / "top_level_runs.txt"
+    path.write_text(SCRIPT.format(repo=str(REPO), marker=str(marker), body=code))
+    command = [sys.executable, "-m", "caller_script"] if as_module else [sys.executable, str(path)]
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout_s,
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)})
     except subprocess.TimeoutExpired:
         pytest.fail(f"the script did not end within {timeout_s} s (the call hangs)")
-    return proc, time.monotonic() - start
+    runs = marker.read_text().count("ran") if marker.exists() else 0
+    return proc, time.monotonic() - start, runs
+
+
+def _die_at_start(*_args) -> None:
+    """A worker target that exits before it runs anything (imported by the child from this module)."""
+    os._exit(3)
+
+
+BODIES = ["execute({db!r}, 'SELECT 1').status",
+          "score_batch([('SELECT 1', 'SELECT 1', {db!r})] * 8, progress=False, workers=2)[0].correct"]
 
 
 class TestNoCallHangs:
-    @pytest.mark.parametrize("body", ["execute({db!r}, 'SELECT 1').status",
-                                      "score_batch([('SELECT 1', 'SELECT 1', {db!r})], progress=False)[0].correct"])
-    def test_a_script_without_the_main_guard_fails_fast_naming_the_fix(self, db, tmp_path, body):
-        proc, wall = run_script(tmp_path, body.format(db=db), guard=False)
-        assert proc.returncode != 0, proc.stdout
-        assert "WorkerStartupError" in proc.stderr and 'if __name__ == "__main__":' in proc.stderr, proc.stderr[-2000:]
-        assert "RESULT" not in proc.stdout
-        assert wall < 30, wall
+    @pytest.mark.parametrize("body", BODIES)
+    def test_a_script_without_the_main_guard_runs_its_call(self, db, tmp_path, body):
+        """Workers import the executor only, never the calling script: no guard needed, nothing respawned."""
+        proc, wall, runs = run_script(tmp_path, body.format(db=db), guard=False)
+        assert proc.returncode == 0 and "RESULT" in proc.stdout, proc.stderr[-2000:]
+        assert proc.stdout.split("RESULT ")[1].split()[0] in ("ok", "True"), proc.stdout
+        assert runs == 1 and wall < 30, (runs, wall)
 
-    def test_the_same_script_with_the_guard_runs(self, db, tmp_path):
-        proc, _ = run_script(tmp_path, f"execute({db!r}, 'SELECT 1').status", guard=True)
-        assert proc.returncode == 0 and "RESULT ok" in proc.stdout, proc.stderr[-2000:]
+    @pytest.mark.parametrize("as_module", [False, True])
+    @pytest.mark.parametrize("body", BODIES)
+    def test_workers_never_run_the_callers_main_module(self, db, tmp_path, body, as_module):
+        """A script or a `python -m` module (`python -m acesql_lib.grpo`: torch and transformers) runs in its own
+        process only; the executor's workers start without it (before: once more in each worker)."""
+        proc, _, runs = run_script(tmp_path, body.format(db=db), guard=True, as_module=as_module)
+        assert proc.returncode == 0 and "RESULT" in proc.stdout, proc.stderr[-2000:]
+        assert runs == 1, f"the caller's top level ran in {runs} processes"
+
+    def test_workers_that_die_at_start_stop_the_call_naming_it(self, db, monkeypatch):
+        from acesql_lib.executor import workers
+
+        monkeypatch.setattr(workers, "_worker_main", _die_at_start)
+        pool = workers._Pool(1)
+        try:
+            start = time.monotonic()
+            with pytest.raises(workers.WorkerStartupError, match="died at start-up"):
+                pool.run([_Task(str(db), "SELECT 1", [(0, "SELECT 1")], "multiset", permute_columns=True,
+                                order_matters=False, timeout_s=5.0, max_rows=10)], lambda *a: None, lambda *a: None)
+            assert time.monotonic() - start < 30
+        finally:
+            pool.shutdown()
 
 
 # --------------------------------------------------------------------------- one deadline for the verdict

@@ -10,8 +10,9 @@ outside SQLite's heap limit. So every untrusted statement runs in a worker that
   comparison, one budget) started and its hard limit, HARD_FACTOR x the deadline + HARD_MARGIN_S,
   and the parent kills and replaces a worker that overruns it: a runaway compile, function call or
   comparison returns `timeout` within 1.5x the deadline.
-Workers that die before running anything, STARTUP_DEATHS in a row, raise WorkerStartupError (a
-script without the `if __name__ == "__main__":` guard) instead of being respawned without end.
+Workers start from the executor's module alone, never the caller's script or `-m` module (which
+`multiprocessing` would otherwise run in each). Workers that die before running anything,
+STARTUP_DEATHS in a row, raise WorkerStartupError instead of being respawned without end.
 The caller's process never runs untrusted SQL unless it asks (`in_process=True`).
 """
 from __future__ import annotations

@@ -27,13 +27,42 @@ class WorkerStartupError(RuntimeError):
 
 def _startup_message(n: int, exitcode, method: str) -> str:
     return (f"acesql executor: {n} worker processes in a row died at start-up (exit code {exitcode}, start "
-            f"method '{method}') before running any SQL, so the call cannot complete. The usual cause: the "
-            "script that calls execute()/score_batch() makes that call at import time, without an "
-            "`if __name__ == \"__main__\":` guard; with the '" + method + "' start method every worker "
-            "imports the main script again, and the call at its top level then tries to start processes "
-            "while the worker itself is still starting. Fix: put the script's top-level code under "
-            "`if __name__ == \"__main__\":`. Otherwise a worker could not import the executor "
-            "(its traceback is on stderr above).")
+            f"method '{method}') before running any SQL, so the call cannot complete. A worker imports only "
+            "the executor (never the calling script), so the cause is in the worker's environment: it could not "
+            "import the executor, or it was killed at start (out of memory; a hard address-space limit below "
+            "what it needs). Its traceback, if any, is on stderr above.")
+
+
+_BARE_START = threading.local()  # set while this module starts a worker (`_without_main`)
+
+
+def _preparation_data_without_main(real):
+    """`multiprocessing.spawn.get_preparation_data`, less the main module's name and path while this
+    thread starts an executor worker: a started process otherwise runs the parent's main module (a
+    script, or `python -m acesql_lib.grpo`: torch and transformers, 3-5 s and a few hundred MB per worker)
+    before its target, which lives here. Other processes, and other threads', are started as before."""
+    def get_preparation_data(name):
+        data = real(name)
+        if getattr(_BARE_START, "on", False):
+            data.pop("init_main_from_name", None)
+            data.pop("init_main_from_path", None)
+        return data
+    get_preparation_data.acesql_without_main = True
+    return get_preparation_data
+
+
+class _without_main:
+    """Context: the processes this thread starts skip the parent's main module (see above)."""
+
+    def __enter__(self):
+        from multiprocessing import spawn
+        if not getattr(spawn.get_preparation_data, "acesql_without_main", False):
+            spawn.get_preparation_data = _preparation_data_without_main(spawn.get_preparation_data)
+        _BARE_START.on = True
+
+    def __exit__(self, *exc):
+        _BARE_START.on = False
+
 
 def _limit_address_space(extra_bytes: int) -> None:
     """Cap this process's address space at what it maps now plus `extra_bytes` (Linux; a no-op
@@ -94,7 +123,8 @@ class _Worker:
         self.clock = ctx.RawArray("d", 2)
         self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
                                 daemon=True, name="acesql-executor")
-        self.proc.start()
+        with _without_main():  # the worker needs this module only, not the caller's script
+            self.proc.start()
         child.close()
         self.tasks: dict[int, _Task] = {}  # assigned and not fully answered, by sequence number
         self.pending: deque[tuple] = deque()  # their items in answer order; the first is next to answer
