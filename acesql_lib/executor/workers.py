@@ -9,6 +9,7 @@ that was running.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import pickle
 import threading
 import time
@@ -51,16 +52,16 @@ def _preparation_data_without_main(real):
     return get_preparation_data
 
 
-class _without_main:
-    """Context: the processes this thread starts skip the parent's main module (see above)."""
-
-    def __enter__(self):
-        from multiprocessing import spawn
-        if not getattr(spawn.get_preparation_data, "acesql_without_main", False):
-            spawn.get_preparation_data = _preparation_data_without_main(spawn.get_preparation_data)
-        _BARE_START.on = True
-
-    def __exit__(self, *exc):
+@contextlib.contextmanager
+def _without_main():
+    """The processes this thread starts inside the block skip the parent's main module (see above)."""
+    from multiprocessing import spawn
+    if not getattr(spawn.get_preparation_data, "acesql_without_main", False):
+        spawn.get_preparation_data = _preparation_data_without_main(spawn.get_preparation_data)
+    _BARE_START.on = True
+    try:
+        yield
+    finally:
         _BARE_START.on = False
 
 
