@@ -27,7 +27,7 @@ Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics
   the gold's (`routes.route_share`); None when no correct prediction resolves.
 
 Units: EX-type accuracies (`ex`, `ex_by_difficulty`, `generator_ability`) are percent, as the paper
-prints EX; every share (`SHARE_KEYS`: the retrieval metrics, the alternative-route share, the
+prints EX; every share (`stats.SHARE_KEYS`: the retrieval metrics, the alternative-route share, the
 well-formed and truncation rates) is a fraction in [0, 1], like distillation's and GRPO's shares.
 Tables turn shares into percent when they print (`reports`), never by guessing from the value.
 """
@@ -57,7 +57,6 @@ from .rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, 
 from .task import Task
 from .routes import alternative_route, route_share
 from .schema import Schema
-from .stats import SHARE_KEYS  # noqa: F401  (the keys written as fractions; module doc)
 from .timing import as_metrics, since, totals
 
 DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
