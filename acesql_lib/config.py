@@ -410,6 +410,10 @@ class GRPOConfig:
     # memory, not maths: the loss's fp32 log-softmax over the vocabulary taken this many completion positions at a
     # time and recomputed in the backward pass (0 = the whole micro-batch at once); the values are the same
     logprob_chunk_tokens: NonNegativeInt = 1024
+    # speed, not maths (kit's option): the samples of one prompt in one row, the prompt computed once and each
+    # completion masked to it and itself (acesql_lib/packed.py); false = one sample per row, as the authors' actor.
+    # The dense mask grows with the square of prompt + all completions: for short completions (the CPU profiles)
+    packed_prompts: bool = False
     val_every: NonNegativeInt = 40  # §4.11
     val_temperature: NonNegativeFloat = 0.8  # §4.11
     # §4.11 silent; authors (RL/trainer/validation_correct.py): validation runs the training rollout, 8 retriever

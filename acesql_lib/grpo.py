@@ -39,6 +39,7 @@ from . import checkpoint as ckpt
 from .config import AuthorsOrKit, Config
 from .executor import VALID_STATUSES
 from .microbatches import balanced_partitions, micro_batch_count
+from .packed import pack_by_prompt, packed_logprobs, token_logprobs
 from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
@@ -179,12 +180,6 @@ def _pad_batch(prompts: Sequence[list[int]], completions: Sequence[list[int]], p
     return ids.to(device), attn.to(device), pos.to(device), cmask.to(device), c_len
 
 
-def _token_logprobs(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[target] per row, in fp32 whatever the logits' dtype."""
-    logits = logits.float()
-    return logits.gather(-1, target.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-
-
 def completion_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor,
                         c_len: int, chunk_tokens: int = 0) -> torch.Tensor:
     """Log-probability of each completion token, [b, c_len].
@@ -197,14 +192,14 @@ def completion_logprobs(model: torch.nn.Module, ids: torch.Tensor, attn: torch.T
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=c_len + 1).logits
     logits, target = logits[:, :-1], ids[:, -c_len:]
     if chunk_tokens <= 0 or logits.shape[0] * c_len <= chunk_tokens:
-        return _token_logprobs(logits, target)
+        return token_logprobs(logits, target)
     width = max(1, chunk_tokens // logits.shape[0])  # positions per chunk; split along them (its backward is one cat)
     pieces = zip(logits.split(width, dim=1), target.split(width, dim=1))
     if torch.is_grad_enabled() and logits.requires_grad:
         from torch.utils.checkpoint import checkpoint
 
-        return torch.cat([checkpoint(_token_logprobs, x, t, use_reentrant=False) for x, t in pieces], dim=1)
-    return torch.cat([_token_logprobs(x, t) for x, t in pieces], dim=1)
+        return torch.cat([checkpoint(token_logprobs, x, t, use_reentrant=False) for x, t in pieces], dim=1)
+    return torch.cat([token_logprobs(x, t) for x, t in pieces], dim=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,14 +442,13 @@ class JointGRPO:
         sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
         micro = self._micro_batches(batch)
         for k, (rows, numer, denom) in enumerate(micro):
-            ids, attn, pos, cmask, c_len = _pad_batch([batch.prompt_ids[i] for i in rows],
-                                                      [batch.completion_ids[i] for i in rows],
-                                                      self.tokenizer.pad_token_id, dev)
+            logprobs, cmask = self._logprob_fn([batch.prompt_ids[i] for i in rows],
+                                               [batch.completion_ids[i] for i in rows])
             with self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext():
-                logp = completion_logprobs(self.model, ids, attn, pos, c_len, g.logprob_chunk_tokens)
+                logp = logprobs(self.model)
                 with torch.no_grad():
-                    ref_logp = (completion_logprobs(self.reference, ids, attn, pos, c_len, g.logprob_chunk_tokens)
-                                if self.reference is not None and g.kl_coef > 0 else logp.detach())
+                    ref_logp = (logprobs(self.reference) if self.reference is not None and g.kl_coef > 0
+                                else logp.detach())
                 adv = batch.advantages[rows].to(dev).unsqueeze(1)
                 tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,
                                                        g.kl_coef, g.kl_clamp)
@@ -465,6 +459,18 @@ class JointGRPO:
             sums["kl"] += float((kl.detach() * cmask).sum()) / denom * numer
             sums["clipped"] += float((clipped * cmask).sum()) / denom * numer
         return sums
+
+    def _logprob_fn(self, prompts: list[list[int]], completions: list[list[int]]
+                    ) -> tuple[Callable[[torch.nn.Module], torch.Tensor], torch.Tensor]:
+        """A micro-batch laid out for the forward pass (`grpo.packed_prompts`: one row per distinct prompt,
+        acesql_lib/packed.py; else one padded row per sample), as a function of the model that returns the
+        completion tokens' log-probabilities [samples, c_len], and the completion mask."""
+        pad, dev, chunk = self.tokenizer.pad_token_id, self.acc.device, self.g.logprob_chunk_tokens
+        if self.g.packed_prompts:
+            packed = pack_by_prompt(prompts, completions, pad, dev)
+            return (lambda model: packed_logprobs(model, packed, chunk)), packed.cmask
+        ids, attn, pos, cmask, c_len = _pad_batch(prompts, completions, pad, dev)
+        return (lambda model: completion_logprobs(model, ids, attn, pos, c_len, chunk)), cmask
 
     def _sharded(self) -> bool:
         return self.acc.distributed_type.name.startswith("FSDP") or is_sharded(self.model)

@@ -554,6 +554,26 @@ def test_activation_checkpointing_gives_the_same_update(rl_template, tmp_path):
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-5) for a, b in zip(grads[False], grads[True]))
 
 
+def test_samples_packed_by_prompt_give_the_per_row_update(rl_template, tmp_path):
+    """grpo.packed_prompts (the tiny profile's layout, acesql_lib/packed.py): the same rollouts give the
+    combined gradient of one sample per row, up to float rounding."""
+    grads, packed_rows = {}, {}
+    for flag in (False, True):
+        run = fresh_run(rl_template, tmp_path, f"packed-{flag}")
+        ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.packed_prompts": flag}))
+        trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+        trainer.record_grads = True
+        rolls = trainer.collect()
+        batch = trainer._role_batch(rolls, "retriever", torch.zeros(len(rolls), ctx.cfg.grpo.n_retriever))
+        packed_rows[flag] = len({tuple(p) for p in batch.prompt_ids})
+        trainer.update(rolls)
+        grads[flag] = trainer.last_grads
+    assert packed_rows[True] == len(rolls) < len(batch.prompt_ids)  # one prompt per question, several samples each
+    assert sum(float(g.abs().sum()) > 0 for g in grads[True]) > len(grads[True]) // 2
+    for a, b in zip(grads[False], grads[True]):
+        assert float((a - b).norm()) <= 1e-4 * max(float(a.norm()), 1e-12), float((a - b).norm())
+
+
 def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(rl_template, tmp_path, monkeypatch):
     """Under a launcher the Accelerator sets each rank's device and process group; models loaded before it
     would all land on the first GPU (the construction order of the multi-GPU launch)."""
