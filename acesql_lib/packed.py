@@ -125,20 +125,26 @@ def packed_logprobs(model: torch.nn.Module, batch: PackedBatch, chunk_tokens: in
     logits = model(input_ids=batch.ids, attention_mask=_attention_mask(inner, batch.mask),
                    position_ids=batch.positions, logits_to_keep=batch.keep).logits
 
-    def scored(lg: torch.Tensor, row: torch.Tensor, column: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return token_logprobs(lg[row, column], target)  # inside a checkpoint: the gathered rows are recomputed too
+    # A prompt's last position predicts the first token of each of its samples, so positions repeat. Advanced
+    # indexing (logits[row, column]) would sum their gradients with parallel atomic adds, in an order that
+    # changed a run's last bits when another process shared the cores; index_select's gradient adds them in
+    # index order.
+    flat = logits.flatten(0, 1)
+    where = batch.row * logits.shape[1] + batch.column
 
-    n = batch.row.numel()
+    def scored(lg: torch.Tensor, at: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return token_logprobs(lg.index_select(0, at), target)  # inside a checkpoint: the rows are gathered again
+
+    n = where.numel()
     if chunk_tokens <= 0 or n <= chunk_tokens:
-        values = scored(logits, batch.row, batch.column, batch.target)
+        values = scored(flat, where, batch.target)
     else:
-        parts = [(batch.row[s:s + chunk_tokens], batch.column[s:s + chunk_tokens], batch.target[s:s + chunk_tokens])
-                 for s in range(0, n, chunk_tokens)]
+        parts = [(where[s:s + chunk_tokens], batch.target[s:s + chunk_tokens]) for s in range(0, n, chunk_tokens)]
         if torch.is_grad_enabled() and logits.requires_grad:
             from torch.utils.checkpoint import checkpoint
 
-            values = torch.cat([checkpoint(scored, logits, *p, use_reentrant=False) for p in parts])
+            values = torch.cat([checkpoint(scored, flat, *p, use_reentrant=False) for p in parts])
         else:
-            values = torch.cat([scored(logits, *p) for p in parts])
+            values = torch.cat([scored(flat, *p) for p in parts])
     out = torch.zeros((batch.n_samples, batch.c_len), dtype=values.dtype, device=values.device)
     return out.index_put((batch.sample, batch.offset), values)

@@ -421,9 +421,28 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
                  + "; allocated tensors, the CUDA context and fragmentation not counted)") if label.startswith("GRPO") else ""
         rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}{terms}, has {_size(cap)}"
                         f" ({_count(n_params(shape))} parameters){advice}"))
+    if cfg.grpo.packed_prompts:
+        rows.append(packed_rows_check(cfg, shape))
     if want_gpus:
         rows.append(one_gpu_verdict(cfg, shape))
     return rows
+
+
+def packed_rows_check(cfg: Config, shape: dict[str, Any]) -> Row:
+    """`grpo.packed_prompts`: a packed row holds a prompt and all its samples' completions, and its dense
+    mask and attention scores grow with the square of that length (acesql_lib/packed.py), outside the GRPO
+    estimate above. A WARN where one row's scores would take over 1 GiB."""
+    g = cfg.grpo
+    prompt = g.max_prompt_tokens or cfg.engine.max_model_len  # no prompt limit: the engine's context bounds it
+    length = prompt + max(g.n_retriever, g.n_generator) * g.max_response_tokens
+    w = 2 if g.bf16 and cfg.model.device != "cpu" else 4
+    scores = length * length * (shape["num_attention_heads"] * w + 1)  # one layer's scores and the bool mask
+    detail = (f"grpo.packed_prompts: a packed row holds up to {length:,} positions (prompt {prompt:,} + "
+              f"{max(g.n_retriever, g.n_generator)} x {g.max_response_tokens:,}); its attention mask and one "
+              f"layer's scores take about {_size(scores)} per row, not in the GRPO estimate")
+    if scores > GIB:
+        return Row("hardware", "packed GRPO rows", WARN, detail + "; set grpo.packed_prompts: false at these lengths")
+    return Row("hardware", "packed GRPO rows", INFO, detail)
 
 
 def wants_gpus(cfg: Config) -> bool:

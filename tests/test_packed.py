@@ -138,3 +138,29 @@ def test_an_attention_without_4d_masks_is_refused_with_the_setting_named(model):
 def test_mismatched_inputs_are_named():
     with pytest.raises(ValueError, match="2 prompts and 1 completions"):
         pack_by_prompt([[1], [2]], [[3]], PAD)
+
+
+def _backward_nodes(t: torch.Tensor) -> set[str]:
+    seen, todo, names = set(), [t.grad_fn], set()
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        names.add(type(node).__name__)
+        todo.extend(n for n, _ in node.next_functions)
+    return names
+
+
+def test_repeated_positions_sum_their_gradients_in_a_fixed_order(model):
+    """A prompt's last position predicts the first token of every sample of it. Gathered by advanced indexing
+    (IndexBackward0), their gradients are summed by parallel atomic adds on CPU, whose order varies with the
+    threads' timing: two runs of one GRPO variant beside another process differed in their last bits from step
+    2-8 on. index_select sums them in index order."""
+    prompts, completions = ragged_batch()
+    packed = pack_by_prompt(prompts, completions, PAD)
+    where = packed.row * packed.keep + packed.column
+    assert len(set(where.tolist())) < where.numel()  # positions do repeat
+    for chunk in (0, 4):
+        nodes = _backward_nodes(packed_logprobs(model, packed, chunk))
+        assert "IndexBackward0" not in nodes and ("IndexSelectBackward0" in nodes or chunk), nodes

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from acesql_lib.config import REPO_ROOT, load_config
-from acesql_lib.preflight import (GIB, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
-                                  memory_estimates, n_params, one_gpu_verdict, run_checks)
+from acesql_lib.preflight import (GIB, INFO, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
+                                  memory_estimates, n_params, one_gpu_verdict, packed_rows_check, run_checks)
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 
@@ -216,3 +216,18 @@ def test_vllm_cuda_build_from_its_version_label_or_the_cuda_runtime_its_extensio
     plain = tmp_path / "_moe_C.abi3.so"
     plain.write_bytes(b"\x7fELF" + b"\x00" * 64)
     assert vllm_build([plain], "0.32.0")[0] is None and vllm_build([], "0.32.0")[0] is None
+
+
+def test_packed_grpo_rows_are_a_warning_at_the_paper_lengths_and_a_note_at_the_tiny_ones():
+    """grpo.packed_prompts: a row of prompt + every sample's completion, its dense attention quadratic in
+    that length; not in the GRPO estimate, so the preflight says what it costs."""
+    shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
+    a100s = [("A100-SXM4-80GB", 80 * GIB)] * 4
+    assert "packed GRPO rows" not in {r.item for r in check_hardware(load_config("paper"), shape, a100s)}
+    paper = {r.item: r for r in check_hardware(load_config("paper", {"grpo.packed_prompts": True}), shape, a100s)}
+    row = paper["packed GRPO rows"]
+    assert row.status == WARN and "20,480 positions" in row.detail and "grpo.packed_prompts: false" in row.detail
+    tiny_cfg = load_config("tiny")
+    tiny_shape = {"num_attention_heads": tiny_cfg.model.tiny.num_heads}
+    tiny = packed_rows_check(tiny_cfg, tiny_shape)
+    assert tiny.status == INFO and f"{2048 + 4 * 96:,} positions" in tiny.detail
