@@ -412,7 +412,8 @@ class GRPOConfig:
     logprob_chunk_tokens: NonNegativeInt = 1024
     # speed, not maths (kit's option): the samples of one prompt in one row, the prompt computed once and each
     # completion masked to it and itself (acesql_lib/packed.py); false = one sample per row, as the authors' actor.
-    # The dense mask grows with the square of prompt + all completions: for short completions (the CPU profiles)
+    # Its dense mask grows with the square of prompt + all completions, so it suits short completions (the CPU
+    # profiles); the preflight's "packed GRPO rows" says what a row costs at the profile's lengths
     packed_prompts: bool = False
     val_every: NonNegativeInt = 40  # §4.11
     val_temperature: NonNegativeFloat = 0.8  # §4.11
