@@ -134,6 +134,11 @@ def grpo_micro_batch(cfg: Config) -> tuple[int, int, int]:
     return max(b, 1), p, c
 
 
+def compute_bytes(cfg: Config) -> int:
+    """Bytes per value of the model's compute dtype (`model.dtype`): the weights the engine holds, activations."""
+    return 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+
+
 def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None = None) -> dict[str, float]:
     """Bytes per process for SFT and GRPO training and for the colocated vLLM weights (module docstring).
 
@@ -142,7 +147,7 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
     the accelerate configs' process counts (1 = the notebooks' one-GPU path). With `model.lora` only the
     adapters train: the frozen base is held in `model.dtype` and the adapters' optimizer state is small."""
     P = n_params(shape)
-    w = 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+    w = compute_bytes(cfg)
     m = 2 if cfg.model.train_dtype in ("bfloat16", "float16") else 4
     h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
 
@@ -435,7 +440,7 @@ def packed_rows_check(cfg: Config, shape: dict[str, Any]) -> Row:
     g = cfg.grpo
     prompt = g.max_prompt_tokens or cfg.engine.max_model_len  # no prompt limit: the engine's context bounds it
     length = prompt + max(g.n_retriever, g.n_generator) * g.max_response_tokens
-    w = 2 if g.bf16 and cfg.model.device != "cpu" else 4
+    w = compute_bytes(cfg)
     scores = length * length * (shape["num_attention_heads"] * w + 1)  # one layer's scores and the bool mask
     detail = (f"grpo.packed_prompts: a packed row holds up to {length:,} positions (prompt {prompt:,} + "
               f"{max(g.n_retriever, g.n_generator)} x {g.max_response_tokens:,}); its attention mask and one "
