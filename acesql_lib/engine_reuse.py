@@ -42,8 +42,11 @@ _kept: tuple[tuple, Any] | None = None  # (key, engine) of the engine kept for t
 
 def model_fingerprint(model_path: str | Path) -> str:
     """A hash of what an engine reads from `model_path` besides the weights (MODEL_FILES, JSON without
-    SAVE_KEYS): equal for two checkpoints of one model that differ only in their weights."""
+    SAVE_KEYS): equal for two checkpoints of one model that differ only in their weights. A path that is not a
+    folder here (a hub name such as Qwen/Qwen3-8B) is its own fingerprint: only the same name matches it."""
     folder = Path(model_path)
+    if not folder.is_dir():
+        return "name:" + str(model_path)
     digest = hashlib.sha256()
     for name in MODEL_FILES:
         path = folder / name

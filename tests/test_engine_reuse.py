@@ -66,6 +66,12 @@ def test_a_checkpoint_an_engine_would_read_differently_has_another_fingerprint(c
     assert model_fingerprint(other) != model_fingerprint(checkpoint), change
 
 
+def test_a_hub_name_matches_only_itself(checkpoint):
+    assert model_fingerprint("Qwen/Qwen3-8B") == model_fingerprint("Qwen/Qwen3-8B")
+    assert len({model_fingerprint("Qwen/Qwen3-8B"), model_fingerprint("Qwen/Qwen3-4B"),
+                model_fingerprint(checkpoint)}) == 3
+
+
 def test_a_malformed_json_file_is_hashed_as_bytes(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     first = model_fingerprint(tmp_path)
