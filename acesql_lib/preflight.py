@@ -45,6 +45,7 @@ import yaml
 from .config import REPO_ROOT, Config, ConfigError, load_config, parse_overrides
 from .memory import grpo_step_bytes, n_params
 from .paths import Paths, resolve
+from .schedule import total_steps
 
 OK, WARN, MISSING, INFO, FAIL = "OK", "WARN", "MISSING", "INFO", "FAIL"
 GIB = 1024 ** 3
@@ -231,8 +232,6 @@ def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[s
     sft_samples = 2 * q  # upper bound: every filtered question yields a retriever and a generator trace
     sft_steps = s.max_steps if s.max_steps > 0 else math.ceil(
         sft_samples * s.num_epochs / (s.per_device_batch_size * s.gradient_accumulation_steps * n_sft))
-    from .grpo import total_steps  # heavy (torch); only here
-
     grpo_steps = total_steps(d.n_rl_train, g.batch_questions, g.epochs, g.max_steps)
     sizes = {s.name: set_sizes.get(s.name, PAPER_COUNTS.get(s.name, 0)) for s in cfg.eval.sets}
     n_eval = sum(min(n, cfg.eval.max_examples) if cfg.eval.max_examples else n for n in sizes.values())

@@ -34,6 +34,17 @@ def test_training_and_evaluation_start_without_the_table_libraries():
     assert out.strip() == "[]", out
 
 
+def test_the_preflight_counts_a_runs_steps_without_loading_the_trainer():
+    """Notebook 00's preflight table (and `python -m acesql_lib.preflight`) reads the GRPO schedule from
+    acesql_lib.schedule: importing the trainer for it loaded transformers' model classes, 4.8 s of the notebook."""
+    code = ("import sys; from acesql_lib.config import load_config; from acesql_lib.preflight import preflight_table; "
+            "rows = preflight_table(load_config('paper'))[1]; "
+            "print(sorted(m for m in ('transformers', 'acesql_lib.grpo', 'trl') if m in sys.modules), "
+            "any(r.item == 'joint GRPO' and ' steps of ' in r.detail for r in rows))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] True", out
+
+
 def _imports() -> dict[str, set[str]]:
     """Every acesql_lib module and the acesql_lib modules it imports (at any depth of its code, lazy imports
     included), read from the syntax trees."""
