@@ -35,6 +35,17 @@ def small_world(tmp_path_factory):
     return build_tinyworld(tmp_path_factory.mktemp("small_world") / "world", seed=0, n_train=60, n_dev=20)
 
 
+@pytest.fixture(scope="session")
+def tiny_profile_world(tmp_path_factory):
+    """The tiny profile's world (configs/tiny.yaml's data block: 3,000 training questions, both dev splits; about
+    5 s to build), built once per session for test_tinyworld, test_tinybase_prebuilt and the tiny smoke run, which
+    copies it into its own folder. Read only."""
+    from acesql_lib.config import load_config
+    from acesql_lib.tinyworld import build_profile_world
+
+    return build_profile_world(load_config("tiny").data, tmp_path_factory.mktemp("tiny_world") / "world")
+
+
 @pytest.fixture(scope="module")
 def bird_dir(tmp_path_factory):
     """A BIRD-layout dev set over a real SQLite database: dev.json (helpers_bird.QUESTIONS) +

@@ -2,13 +2,15 @@
 does), at smoke size: every expected table and figure must exist and the metrics must be in range.
 
 Smoke size keeps the code paths and the world of configs/tiny.yaml and shrinks the counts: the
-profile's world (built in the test's own folder) and therefore its shipped base model, copied in as
-`make reproduce` copies it (the one base every tiny run shares; the rehearsal smoke run and
-tests/test_tinybase_prebuilt.py build theirs); 64 filtered questions; 2 RL steps per variant; 40
-eval questions. Its numbers exercise the plumbing, not the method (`make reproduce` runs the
+profile's world (built once per test session, tests/conftest.py, and copied into the test's folder, so
+notebook 00 finds it ready as a second `make reproduce` does; the rehearsal smoke run builds its world in
+its notebook 00) and therefore its shipped base model, copied in as `make reproduce` copies it (the one
+base every tiny run shares; the rehearsal smoke run and tests/test_tinybase_prebuilt.py build theirs);
+64 filtered questions; 2 RL steps per variant; 40 eval questions. Its numbers exercise the plumbing, not the method (`make reproduce` runs the
 profile's sizes).
 """
 import json
+import shutil
 
 import pytest
 
@@ -29,9 +31,10 @@ def _overrides(folder) -> dict:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
+def smoke(tmp_path_factory, tiny_profile_world):
     """One smoke-size run of the whole pipeline, shared by the tests below (each reads it or runs on top of it)."""
     folder = tmp_path_factory.mktemp("smoke")
+    shutil.copytree(tiny_profile_world.root, folder / "world")  # notebook 00 finds it ready, as a second run does
     return folder, run_pipeline("tiny", overrides=_overrides(folder), progress=False)
 
 

@@ -16,10 +16,12 @@ from acesql_lib.tinyworld import build_profile_world, build_tinyworld
 
 
 @pytest.mark.parametrize("profile", ["tiny", "rehearsal"])
-def test_the_shipped_base_is_built_from_this_code_and_the_profile(profile, tmp_path):
+def test_the_shipped_base_is_built_from_this_code_and_the_profile(profile, tmp_path, request):
     ctx = RunContext.create(profile, {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "world")})
     cfg = ctx.cfg
-    world = build_profile_world(cfg.data, ctx.paths.tinyworld)
+    # the tiny profile's world is the session's (tests/conftest.py); the rehearsal's is built here
+    world = (request.getfixturevalue("tiny_profile_world") if profile == "tiny"
+             else build_profile_world(cfg.data, ctx.paths.tinyworld))
     folder = resolve(cfg.model.tiny.prebuilt)
     differs = prebuilt_matches(folder, base_settings(cfg, world))
     assert differs == [], (f"{cfg.model.tiny.prebuilt} no longer matches the code or the {profile} profile "

@@ -21,8 +21,11 @@ from acesql_lib.tinyworld import (CATEGORICAL_MAX_DISTINCT, DB_SPECS, KIND, Attr
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> TinyWorld:
-    return build_tinyworld(tmp_path_factory.mktemp("tw") / "world", seed=0, n_dev_id=400)
+def world(tiny_profile_world) -> TinyWorld:
+    """The tiny profile's world: seed 0, 3,000 training questions, 300 + 400 dev (tests/conftest.py)."""
+    m = tiny_profile_world.read_manifest()
+    assert (m["seed"], m["n_train"], m["n_dev"], m["n_dev_id"]) == (0, 3000, 300, 400), m  # what the tests below read
+    return tiny_profile_world
 
 
 @pytest.fixture(scope="module")
