@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,11 +157,18 @@ def resolve_lock(lock: Path | str = GPU_LOCK, timeout: float = 900, environ: dic
     problems: list[str] = []
     chosen: dict[str, str] = {}
     logs: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="acesql-lock-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="acesql-lock-") as tmp, ThreadPoolExecutor() as pool:
+        # the wheels' resolution and each source package's check are separate pip runs, started together
         wheels = [f"{n}=={v}" for n, v in sorted(pins.items()) if n not in sources]  # on the command line, so
         report = Path(tmp) / "wheels.json"                                           # pip names them in a conflict
-        proc = _pip(["install", "--dry-run", "--ignore-installed", "--progress-bar", "off", "--report", str(report),
-                     "--target", str(Path(tmp) / "target"), *platform_args(), *wheels], env, timeout)
+        resolving = pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
+                                       "--report", str(report), "--target", str(Path(tmp) / "target"),
+                                       *platform_args(), *wheels], env, timeout)
+        checking = {name: pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--no-deps", "--progress-bar",
+                                             "off", "--report", str(Path(tmp) / f"{name}.json"),
+                                             f"{name}=={pins.get(name, '')}".rstrip("=")], env, timeout)
+                    for name in sorted(sources)}
+        proc = resolving.result()
         logs.append(_errors(proc))
         if proc.returncode != 0:
             problems.append(f"pip could not resolve {lock.name} for Linux x86_64 / Python {PYTHON_VERSION} "
@@ -176,16 +184,14 @@ def resolve_lock(lock: Path | str = GPU_LOCK, timeout: float = 900, environ: dic
             if off:
                 problems.append("pip chose other versions than the lock: "
                                 + ", ".join(f"{n} {chosen[n]} (lock {pins[n]})" for n in off))
-        for name in sorted(sources):
-            report = Path(tmp) / f"{name}.json"
-            proc = _pip(["install", "--dry-run", "--ignore-installed", "--no-deps", "--progress-bar", "off", "--report",
-                         str(report), f"{name}=={pins.get(name, '')}".rstrip("=")], env, timeout)
+        for name, job in checking.items():
+            proc = job.result()
             logs.append(_errors(proc))
             if proc.returncode != 0:
                 problems.append(f"pip could not find or build {name}=={pins.get(name)} from source "
                                 f"(exit {proc.returncode}):\n{_errors(proc)}")
                 continue
-            meta = json.loads(report.read_text())["install"][0]["metadata"]
+            meta = json.loads((Path(tmp) / f"{name}.json").read_text())["install"][0]["metadata"]
             chosen[name] = meta["version"]
             for spec in meta.get("requires_dist") or []:
                 req = Requirement(spec)
