@@ -4,13 +4,13 @@ training engine, then its evaluation's, then the next variant's).
 
 A vLLM engine costs time to start and to stop: on the 2-core CPU about 1 s and 1.4 s for the tiny models (the
 first start in a process also imports vLLM, about 5 s); on a GPU an 8B model's start also loads 16 GB of weights,
-profiles memory and captures CUDA graphs. Inside `reused_engines()`, `close()` on an engine made by `engines.make_engine` keeps it, and the next
-`make_engine` whose settings (`serving_key`: dtype, context length, seed, memory share, parallel size) and
-model (`model_fingerprint`: its configuration, generation configuration and tokenizer
-files) are the same gets it back. `make_engine` then loads the new model's weights into it in place: the same
-`sync_weights` every new engine gets right after its start, since the folder it starts from may predate the
-live weights. Any other `make_engine` shuts the kept engine down first, so there is never more than one (one
-engine at a time, as on a GPU). The end of the outermost block shuts the kept one down.
+profiles memory and captures CUDA graphs. Inside `reused_engines()`, `close()` on an engine made by
+`engines.make_engine` keeps it, and the next `make_engine` whose settings (`serving_key`: dtype, context length,
+seed, memory share, parallel size) and model (`model_fingerprint`: its configuration, generation configuration
+and tokenizer files) are the same gets it back. `make_engine` then loads the new model's weights into it in
+place: the same `sync_weights` every new engine gets right after its start, since the folder it starts from may
+predate the live weights. Any other `make_engine` shuts the kept engine down first, so there is never more than
+one (one engine at a time, as on a GPU). The end of the outermost block shuts the kept one down.
 
 What a reused engine carries over from its earlier use: nothing that enters what it draws. The sync resets its
 prefix cache (KV blocks computed with the old weights); sampled requests carry their own seeds (rollouts.py)

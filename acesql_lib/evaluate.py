@@ -379,7 +379,8 @@ def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: 
 
 
 def evaluate_checkpoints(cfg: Config, paths: Paths, checkpoints: Mapping[str, str | Path],
-                         eval_sets: Sequence[EvalSet | str], progress: bool = True) -> dict[tuple[str, str], EvalResult]:
+                         eval_sets: Sequence[EvalSet | str], progress: bool = True
+                         ) -> dict[tuple[str, str], EvalResult]:
     """`evaluate_sets` for each checkpoint ({stage: model folder}, e.g. base, SFT, RL), one after another, with one
     vLLM engine carried from each checkpoint to the next (`engine_reuse`: its weights replaced in place, where the
     checkpoints share their configuration and tokenizer); results by (stage, set name)."""

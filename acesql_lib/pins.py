@@ -164,8 +164,8 @@ def resolve_lock(lock: Path | str = GPU_LOCK, timeout: float = 900, environ: dic
         resolving = pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
                                        "--report", str(report), "--target", str(Path(tmp) / "target"),
                                        *platform_args(), *wheels], env, timeout)
-        checking = {name: pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--no-deps", "--progress-bar",
-                                             "off", "--report", str(Path(tmp) / f"{name}.json"),
+        checking = {name: pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--no-deps",
+                                             "--progress-bar", "off", "--report", str(Path(tmp) / f"{name}.json"),
                                              f"{name}=={pins.get(name, '')}".rstrip("=")], env, timeout)
                     for name in sorted(sources)}
         proc = resolving.result()

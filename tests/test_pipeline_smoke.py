@@ -1,12 +1,12 @@
 """The whole tiny pipeline, notebooks 00-07, headless through the runner (what `make reproduce`
 does), at smoke size: every expected table and figure must exist and the metrics must be in range.
 
-Smoke size keeps the code paths and the world of configs/tiny.yaml and shrinks the counts: the
-profile's world (built once per test session, tests/conftest.py, and copied into the test's folder, so
-notebook 00 finds it ready as a second `make reproduce` does; the rehearsal smoke run builds its world in
-its notebook 00) and therefore its shipped base model, copied in as `make reproduce` copies it (the one
-base every tiny run shares; the rehearsal smoke run and tests/test_tinybase_prebuilt.py build theirs);
-64 filtered questions; 2 RL steps per variant; 40 eval questions. Its numbers exercise the plumbing, not the method (`make reproduce` runs the
+Smoke size keeps the code paths and the world of configs/tiny.yaml and shrinks the counts: the profile's world
+(built once per test session, tests/conftest.py, and copied into the test's folder, so notebook 00 finds it
+ready as a second `make reproduce` does; the rehearsal smoke run builds its world in its notebook 00) and
+therefore its shipped base model, copied in as `make reproduce` copies it (the one base every tiny run shares;
+the rehearsal smoke run and tests/test_tinybase_prebuilt.py build theirs); 64 filtered questions; 2 RL steps
+per variant; 40 eval questions. Its numbers exercise the plumbing, not the method (`make reproduce` runs the
 profile's sizes).
 """
 import json
