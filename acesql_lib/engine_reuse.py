@@ -68,6 +68,11 @@ def serving_key(model_path: str | Path, settings: Mapping[str, Any]) -> tuple:
     return (tuple(sorted((k, repr(v)) for k, v in settings.items())), model_fingerprint(model_path))
 
 
+def active() -> bool:
+    """Whether a `reused_engines()` block is open (outside one, engines are neither kept nor keyed)."""
+    return _depth > 0
+
+
 @contextmanager
 def reused_engines() -> Iterator[None]:
     """Keep closed engines for the next `make_engine` of the same settings until the outermost block ends."""

@@ -632,6 +632,7 @@ class VLLMEngine(Engine):
     """
 
     kind = "vllm"
+    reuse_key: tuple | None = None  # set by make_engine inside `engine_reuse.reused_engines()`: close() keeps it
 
     def __init__(self, model_path: str | Path, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.4,
                  max_model_len: int = 6144, seed: int = 0, enforce_eager: bool | None = None,
@@ -727,8 +728,6 @@ class VLLMEngine(Engine):
             save_file(tensors, path)
             self.llm.collective_rpc("acesql_reload_from_file", args=(path,))
 
-    reuse_key: tuple | None = None  # set by make_engine: inside `engine_reuse.reused_engines()` close() keeps it
-
     def close(self) -> None:
         """Shut the engine down, or inside `engine_reuse.reused_engines()` keep it for the next make_engine."""
         if not engine_reuse.keep(self.reuse_key, self):
@@ -776,8 +775,9 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
         raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
     settings = dict(dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization, max_model_len=cfg.max_model_len,
                     seed=seed, tensor_parallel_size=cfg.tensor_parallel_size)
-    key = engine_reuse.serving_key(model_path, settings)
-    engine = engine_reuse.take(key)  # the engine a `reused_engines()` block kept, when it matches
+    # keyed only inside a `reused_engines()` block (the fingerprint reads the tokenizer's files, 11 MB for Qwen3)
+    key = engine_reuse.serving_key(model_path, settings) if engine_reuse.active() else None
+    engine = engine_reuse.take(key) if key is not None else None  # the kept engine, when it matches
     if engine is None:
         engine = VLLMEngine(model_path, **settings)
         engine.reuse_key = key

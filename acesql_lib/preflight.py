@@ -135,9 +135,14 @@ def grpo_micro_batch(cfg: Config) -> tuple[int, int, int]:
     return max(b, 1), p, c
 
 
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per value of a dtype named in the config (`model.dtype`, `model.train_dtype`)."""
+    return 2 if dtype in ("bfloat16", "float16") else 4
+
+
 def compute_bytes(cfg: Config) -> int:
     """Bytes per value of the model's compute dtype (`model.dtype`): the weights the engine holds, activations."""
-    return 2 if cfg.model.dtype in ("bfloat16", "float16") else 4
+    return dtype_bytes(cfg.model.dtype)
 
 
 def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None = None) -> dict[str, float]:
@@ -149,7 +154,7 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
     adapters train: the frozen base is held in `model.dtype` and the adapters' optimizer state is small."""
     P = n_params(shape)
     w = compute_bytes(cfg)
-    m = 2 if cfg.model.train_dtype in ("bfloat16", "float16") else 4
+    m = dtype_bytes(cfg.model.train_dtype)
     h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
 
     def act(b: int, s: int, t: int) -> float:
