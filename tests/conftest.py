@@ -53,13 +53,29 @@ def bird_dir(tmp_path_factory):
     return write_bird_dev(tmp_path_factory.mktemp("bird"))
 
 
+def _distributing(config) -> bool:
+    """True in the pytest-xdist controller that hands the tests to worker processes (`make test`: -n 2)."""
+    return getattr(config.option, "dist", "no") != "no" and "PYTEST_XDIST_WORKER" not in os.environ
+
+
 def pytest_sessionstart(session):
     """The calibration workload before the tests (acesql_lib/calibration.py): the summary gives the suite's
-    time in its units too, which compare across days where seconds do not. ACESQL_CALIBRATE=0 leaves it out."""
-    if os.environ.get("ACESQL_CALIBRATE", "1") != "0":
+    time in its units too, which compare across days where seconds do not. ACESQL_CALIBRATE=0 leaves it out.
+    Measured once, by the process that prints the summary (never by an xdist worker), before any worker starts.
+
+    Then, in an xdist controller, the workers it is about to start are told to wait passively
+    (OMP_WAIT_POLICY=PASSIVE, inherited by every process a test starts): two workers of torch's two threads
+    share two cores, and OpenMP's default spin-waiting between parallel sections burns the core the other
+    worker needs (acesql_lib/workers.py does the same for its workers). The controller's own OpenMP runtime
+    has read its settings when the calibration imported torch, so the calibration keeps the default policy
+    it has in `make reproduce` and benchmarks/pipeline_time.py."""
+    worker = "PYTEST_XDIST_WORKER" in os.environ
+    if os.environ.get("ACESQL_CALIBRATE", "1") != "0" and not worker:
         from acesql_lib.calibration import measure
 
         _CALIBRATION.update(start=measure().seconds, t0=time.time())
+    if _distributing(session.config):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_terminal_summary(terminalreporter):
