@@ -53,6 +53,21 @@ def bird_dir(tmp_path_factory):
     return write_bird_dev(tmp_path_factory.mktemp("bird"))
 
 
+# The longest test files (about 50-160 s each in one process), handed to the xdist workers first: the files
+# left for the end are then short ones, and the two workers finish within seconds of each other instead of one
+# waiting while the other runs a pipeline. A name missing here only costs balance, never a test.
+LONGEST_FIRST = ("test_pipeline_smoke.py", "test_pipeline_rehearsal.py", "test_grpo.py", "test_launches.py",
+                 "test_grpo_vllm.py", "test_vllm_parity.py", "test_gpu_env.py", "test_memory.py", "test_sft.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker (each collects the whole suite, in the same order), the files of LONGEST_FIRST come
+    first, in that order; every other file keeps its place after them. A run in one process keeps pytest's order."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order
+
+
 def _distributing(config) -> bool:
     """True in the pytest-xdist controller that hands the tests to worker processes (`make test`: -n 2)."""
     return getattr(config.option, "dist", "no") != "no" and "PYTEST_XDIST_WORKER" not in os.environ

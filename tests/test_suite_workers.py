@@ -1,6 +1,7 @@
 """How `make test` runs the suite (Makefile: `pytest -n 2 --dist loadfile`, tests/conftest.py): its xdist
 workers, and every process their tests start, wait passively between OpenMP sections, while a run in one
-process keeps OpenMP's default; the summary's calibration line comes once, from the controller."""
+process keeps OpenMP's default; the summary's calibration line comes once, from the controller; the files
+conftest.LONGEST_FIRST hands out first exist."""
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ def _pytest(tmp_path, *args: str, calibrate: bool) -> subprocess.CompletedProces
 
 
 def test_make_tests_workers_wait_passively_and_one_process_keeps_the_default(tmp_path):
-    done = _pytest(tmp_path, "-n", "2", "--dist", "loadfile", calibrate=True)
+    done = _pytest(tmp_path, "-n", "1", "--dist", "loadfile", calibrate=True)  # one worker is enough to ask
     written = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
     assert len(written) == 1 and next(iter(written)).startswith("gw"), written  # ran in a worker
     assert next(iter(written.values())) == {"OMP_WAIT_POLICY": "PASSIVE"}
@@ -29,3 +30,10 @@ def test_make_tests_workers_wait_passively_and_one_process_keeps_the_default(tmp
         p.unlink()
     _pytest(tmp_path, "-n", "0", calibrate=False)
     assert json.loads((tmp_path / "main.json").read_text()) == {"OMP_WAIT_POLICY": None}
+
+
+def test_the_files_handed_out_first_exist():
+    """conftest.LONGEST_FIRST names test files; a renamed one would silently fall back to pytest's order."""
+    from conftest import LONGEST_FIRST
+
+    assert LONGEST_FIRST and all((ROOT / "tests" / name).is_file() for name in LONGEST_FIRST)
