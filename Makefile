@@ -72,11 +72,13 @@ readme-results: $(STAMP)
 
 # Both environments are built side by side (one install each), .venv-vllm unless ACESQL_SKIP_VLLM opts out of its tests.
 # The tests run in TEST_WORKERS pytest-xdist processes, each taking whole test files (a module's fixtures are
-# built once); TEST_WORKERS=0 runs them in this process. tests/conftest.py says why the workers wait passively.
+# built once), the longest files first (tests/conftest.py's order, which xdist would otherwise replace by the
+# files' test counts); TEST_WORKERS=0 runs them in this process. tests/conftest.py says why the workers wait
+# passively.
 TEST_WORKERS ?= 2
 test:
 	@$(MAKE) --no-print-directory -j2 $(STAMP) $(if $(ACESQL_SKIP_VLLM),,vllm-venv)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The checks that need a CUDA GPU (tests/test_gpu.py); scripts/gpu_checks.sh runs them and writes the figures.
 test-gpu: $(STAMP)

@@ -1,7 +1,7 @@
-"""How `make test` runs the suite (Makefile: `pytest -n 2 --dist loadfile`, tests/conftest.py): its xdist
-workers, and every process their tests start, wait passively between OpenMP sections, while a run in one
-process keeps OpenMP's default; the summary's calibration line comes once, from the controller; the files
-conftest.LONGEST_FIRST hands out first exist."""
+"""How `make test` runs the suite (Makefile: `pytest -n 2 --dist loadfile --no-loadscope-reorder`,
+tests/conftest.py): its xdist workers, and every process their tests start, wait passively between OpenMP
+sections, while a run in one process keeps OpenMP's default; the summary's calibration line comes once, from
+the controller; the files conftest.LONGEST_FIRST hands out first exist."""
 import json
 import os
 import subprocess
@@ -13,8 +13,8 @@ from repo_paths import ROOT
 def _pytest(tmp_path, *args: str, calibrate: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and k != "OMP_WAIT_POLICY"}
     env.update(ACESQL_PROBE_OUT=str(tmp_path), ACESQL_CALIBRATE="1" if calibrate else "0")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "tests/xdist_probe.py"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "tests/xdist_probe.py"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
