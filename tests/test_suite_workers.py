@@ -37,3 +37,21 @@ def test_the_files_handed_out_first_exist():
     from conftest import LONGEST_FIRST
 
     assert LONGEST_FIRST and all((ROOT / "tests" / name).is_file() for name in LONGEST_FIRST)
+
+
+def test_a_worker_takes_the_longest_files_first_and_keeps_every_other_files_order(monkeypatch):
+    """conftest.pytest_collection_modifyitems on items of real paths (only `.path` is read): in a worker the
+    LONGEST_FIRST files come first in that order, the rest keep their order; one process keeps pytest's order."""
+    from types import SimpleNamespace
+
+    from conftest import LONGEST_FIRST, pytest_collection_modifyitems
+
+    names = ["test_config.py", LONGEST_FIRST[1], "test_executor.py", LONGEST_FIRST[0], "test_config.py", "test_pool.py"]
+    items = [SimpleNamespace(path=ROOT / "tests" / n, i=i) for i, n in enumerate(names)]
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    alone = list(items)
+    pytest_collection_modifyitems(None, alone)
+    assert alone == items
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    pytest_collection_modifyitems(None, items)
+    assert [it.i for it in items] == [3, 1, 0, 2, 4, 5]
