@@ -264,6 +264,17 @@ def test_a_prediction_that_cannot_match_the_golds_shape_is_not_run(db):
     assert result_width(db, "DELETE FROM t") is None and result_width(db, "SELECT 1; SELECT 2") is None
 
 
+def test_a_timeout_counts_the_whole_budget_it_shared_with_a_shape_probe(db):
+    from acesql_lib.executor.sandbox import execute_here
+    # The budget began 0.3 s before the execution (a shape probe spent it): the runaway stops at the
+    # shared deadline, and its elapsed time counts from the budget's start, never only its own share.
+    started = time.monotonic()
+    r = execute_here(db, RUNAWAY, timeout_s=0.5, deadline=started - 0.3 + 0.5)
+    wall = time.monotonic() - started
+    assert r.status == "timeout" and wall < 0.5 and r.elapsed_s >= 0.5  # stopped at the shared deadline
+    assert wall + 0.3 - 0.05 < r.elapsed_s <= wall + 0.3
+
+
 def test_score_batch_in_process_and_pool_agree(db, tmp_path):
     items, expect = batch_items(db, str(tmp_path / "absent.sqlite"))
     inline = score_batch(items[:15], timeout_s=0.3, progress=False, in_process=True)  # asked for explicitly

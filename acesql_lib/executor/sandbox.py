@@ -399,13 +399,15 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     status: ok | error | timeout (deadline hit inside SQLite's VM, the query is stopped) | too_large
     (row, byte, string/blob or heap cap) | blocked (a write, schema change, maintenance statement,
     ATTACH, PRAGMA, a function off the allowlist, or several statements). `deadline` (monotonic
-    clock) overrides start + timeout_s, so phases before this one (a shape probe) share one budget.
+    clock) overrides start + timeout_s, so phases before this one (a shape probe) share one budget;
+    `elapsed_s` then counts from that budget's start (deadline - timeout_s), so a `timeout` has
+    always spent at least `timeout_s`.
     `role` picks the cached connection ("gold" for a gold, so no prediction shares its connection).
     Text that is not valid UTF-8 is read as U+FFFD, or with `strict_utf8` is an error (as Python's
     sqlite3 without a text_factory, the official BIRD evaluators' reading).
     Compilation and single long function calls are NOT bounded here: see the module docstring.
     """
-    start = time.monotonic()
+    start = time.monotonic() if deadline is None else deadline - timeout_s
 
     def done(status: str, error: str = "", rows: list | None = None, columns: list | None = None) -> ExecResult:
         return ExecResult(status, rows or [], error, time.monotonic() - start, columns or [])
@@ -417,7 +419,7 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
         conn = conn if conn is not None else cached_connection(db_path, role)
     except DatabaseOpenError as e:
         return done("error", str(e))
-    deadline = start + timeout_s if deadline is None else deadline
+    deadline = start + timeout_s
     hit = [False]
 
     def past_deadline() -> int:  # called by SQLite every PROGRESS_STEPS VM instructions; 1 = interrupt
