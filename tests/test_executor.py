@@ -10,8 +10,8 @@ import time
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import (count_statements, execute, gold_has_order_by, read_bird_predictions, result_width, rows_match,
-                                 score_batch, write_bird_predictions)
+from acesql_lib.executor import (count_statements, execute, execute_here, gold_has_order_by, read_bird_predictions,
+                                 result_width, rows_match, score_batch, write_bird_predictions)
 
 N_ROWS = 2000
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
@@ -265,7 +265,6 @@ def test_a_prediction_that_cannot_match_the_golds_shape_is_not_run(db):
 
 
 def test_a_timeout_counts_the_whole_budget_it_shared_with_a_shape_probe(db):
-    from acesql_lib.executor.sandbox import execute_here
     # The budget began 0.3 s before the execution (a shape probe spent it): the runaway stops at the
     # shared deadline, and its elapsed time counts from the budget's start, never only its own share.
     started = time.monotonic()

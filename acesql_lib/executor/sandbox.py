@@ -407,7 +407,9 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     sqlite3 without a text_factory, the official BIRD evaluators' reading).
     Compilation and single long function calls are NOT bounded here: see the module docstring.
     """
-    start = time.monotonic() if deadline is None else deadline - timeout_s
+    if deadline is None:
+        deadline = time.monotonic() + timeout_s
+    start = deadline - timeout_s  # the budget's start: a phase before this call may have spent part of it
 
     def done(status: str, error: str = "", rows: list | None = None, columns: list | None = None) -> ExecResult:
         return ExecResult(status, rows or [], error, time.monotonic() - start, columns or [])
@@ -419,7 +421,6 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
         conn = conn if conn is not None else cached_connection(db_path, role)
     except DatabaseOpenError as e:
         return done("error", str(e))
-    deadline = start + timeout_s
     hit = [False]
 
     def past_deadline() -> int:  # called by SQLite every PROGRESS_STEPS VM instructions; 1 = interrupt

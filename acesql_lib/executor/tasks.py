@@ -125,8 +125,8 @@ def _verdict(task: _Task, sql, gold: ExecResult | None, gold_status: str, width:
     """One prediction's verdict under ONE deadline: shape probe, execution and comparison (the
     column permutation search included) share it, and a verdict not reached by then is `timeout`
     (the parent's hard stop covers all three as one SQL phase)."""
-    start = time.monotonic()
     deadline = clock.begin(task.timeout_s)
+    start = deadline - task.timeout_s
     try:
         result = _execute(task, sql, deadline, probe_width=width if isinstance(sql, str) else None)
         if gold is None or gold_status != "ok" or result.status != "ok":
