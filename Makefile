@@ -38,7 +38,8 @@ venv: $(STAMP)
 # The GPU environment's lock: requirements-gpu.in (requirements-dev.txt's pins + vllm + deepspeed) resolved by uv
 # for the GPU boxes (Linux x86_64 with glibc >= 2.31, Python 3.11), whatever machine runs it; environment.yml
 # installs the lock. Wheels only (the lock says so to pip too), but deepspeed, which PyPI has only as a source
-# archive; glibc 2.31 because vllm 0.32 needs llguidance 1.7, whose x86_64 wheels are manylinux_2_31.
+# archive (scripts/lock_options.py puts uv's `--no-binary deepspeed` after `--only-binary :all:`, the order
+# pip needs); glibc 2.31 because vllm 0.32 needs llguidance 1.7, whose x86_64 wheels are manylinux_2_31.
 # Rerun after changing a pin (tests/test_gpu_env.py fails until then); LOCK_ARGS=--upgrade also moves the
 # unpinned transitive packages. uv (scripts/install_requirements.py's pin) comes in its own $(LOCK_VENV) and reads
 # PyPI (UV_DEFAULT_INDEX for a mirror).
@@ -49,6 +50,7 @@ lock:
 	$(LOCK_VENV)/bin/uv pip compile --quiet --python-platform x86_64-manylinux_2_31 --python-version 3.11 \
 	  --only-binary :all: --no-binary deepspeed --emit-build-options --custom-compile-command "make lock" \
 	  $(LOCK_ARGS) --output-file requirements-gpu.lock requirements-gpu.in
+	$(PYTHON) scripts/lock_options.py requirements-gpu.lock
 
 reproduce: $(STAMP) $(if $(filter vllm,$(ENGINE)),vllm-venv,)
 	$(REPRO_PY) -m acesql_lib.pipeline --profile $(PROFILE) $(if $(ONLY),--only $(ONLY),) \

@@ -9,14 +9,16 @@
     python -m acesql_lib.pins                  packages pinned in both sets that differ (exit 1 if any)
     python -m acesql_lib.pins --resolve        the lock resolved by pip's resolver for the GPU boxes
 
-`resolve_lock` asks pip (this interpreter's, `--dry-run`, nothing installed) to resolve the lock for
-Linux x86_64 (manylinux up to glibc `GLIBC`), CPython 3.11, wheels only, from this machine, in two
-passes: every package that has wheels, dependencies included (pip must choose exactly the lock's
-versions and nothing else), then each package the lock lets pip build from source (`--no-binary`,
-deepspeed), whose metadata pip builds here and whose requirements, evaluated for the target, must be
-met by the lock's pins. pip's configuration files are not read (they can point at local wheel folders,
-such as a CPU torch, that a GPU box does not have): pip asks PyPI, or PIP_INDEX_URL /
-PIP_EXTRA_INDEX_URL when set.
+`resolve_lock` asks pip (this interpreter's, `--dry-run`, nothing installed) two things at once:
+- the user's own line, as environment.yml runs it: `pip install --dry-run --ignore-installed -r LOCK`, the
+  file's own options included (its `--only-binary :all:` and `--no-binary deepspeed`, in their order); pip
+  builds the metadata of the one source package (deepspeed) and checks its requirements against the pins.
+  pip must choose exactly the lock's versions and nothing else. It resolves for this machine, a Linux
+  x86_64 CPython 3.11 like the GPU boxes;
+- the wheels for the oldest GPU box the lock allows: Linux x86_64 with manylinux up to glibc `GLIBC`,
+  CPython 3.11, wheels only (`--platform`), every package but the source ones, dependencies included.
+pip's configuration files are not read (they can point at local wheel folders, such as a CPU torch, that a
+GPU box does not have): pip asks PyPI, or PIP_INDEX_URL / PIP_EXTRA_INDEX_URL when set.
 """
 from __future__ import annotations
 
@@ -38,12 +40,6 @@ GPU_IN = REPO_ROOT / "requirements-gpu.in"
 GPU_LOCK = REPO_ROOT / "requirements-gpu.lock"
 PYTHON_VERSION = "3.11"
 GLIBC = 31  # manylinux_2_31 (`make lock`): llguidance 1.7, which vllm 0.32 needs, has no older x86_64 wheel
-# The environment markers of the GPU boxes, for requirements with markers
-TARGET_MARKERS = {"implementation_name": "cpython", "implementation_version": "3.11.0", "os_name": "posix",
-                  "platform_machine": "x86_64", "platform_python_implementation": "CPython",
-                  "platform_release": "", "platform_system": "Linux", "platform_version": "",
-                  "python_full_version": "3.11.0", "python_version": "3.11", "sys_platform": "linux",
-                  "extra": ""}
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*==\s*([^\s;#]+)")
 
 
@@ -147,61 +143,63 @@ def _errors(proc: subprocess.CompletedProcess) -> str:
     return "\n".join(lines[-40:])
 
 
-def resolve_lock(lock: Path | str = GPU_LOCK, timeout: float = 900, environ: dict[str, str] | None = None) -> Resolution:
-    """The lock resolved by pip for the GPU boxes, from this machine (module docstring); nothing installed."""
-    from packaging.requirements import Requirement
+def _chosen(report: Path) -> dict[str, str]:
+    return {canonical(item["metadata"]["name"]): item["metadata"]["version"]
+            for item in json.loads(report.read_text())["install"]}
 
+
+def _against_pins(what: str, chosen: dict[str, str], pins: dict[str, str], expected: set[str]) -> list[str]:
+    """What pip chose that the lock does not say: packages it added or left out, other versions."""
+    problems = []
+    extra = sorted(set(chosen) - set(pins))
+    if extra:
+        problems.append(f"{what}: pip added packages the lock does not pin: "
+                        + ", ".join(f"{n}=={chosen[n]}" for n in extra))
+    missing = sorted(expected - set(chosen))
+    if missing:
+        problems.append(f"{what}: pip would not install " + ", ".join(f"{n}=={pins[n]}" for n in missing))
+    off = sorted(n for n in chosen.keys() & pins.keys() if chosen[n].split("+")[0] != pins[n])
+    if off:
+        problems.append(f"{what}: pip chose other versions than the lock: "
+                        + ", ".join(f"{n} {chosen[n]} (lock {pins[n]})" for n in off))
+    return problems
+
+
+def install_line(lock: Path | str) -> list[str]:
+    """The user's line of environment.yml, as pip arguments: the lock installed as written."""
+    return ["install", "--dry-run", "--ignore-installed", "-r", str(lock)]
+
+
+def resolve_lock(lock: Path | str = GPU_LOCK, timeout: float = 900, environ: dict[str, str] | None = None) -> Resolution:
+    """The lock resolved by pip as a GPU box installs it, from this machine (module docstring); nothing installed."""
     lock = Path(lock)
     pins, sources = read_pins(lock), no_binary(lock)
     env = pip_env(environ)
     problems: list[str] = []
     chosen: dict[str, str] = {}
     logs: list[str] = []
+    quiet = ["--progress-bar", "off"]
     with tempfile.TemporaryDirectory(prefix="acesql-lock-") as tmp, ThreadPoolExecutor() as pool:
-        # the wheels' resolution and each source package's check are separate pip runs, started together
+        as_written, oldest = Path(tmp) / "as_written.json", Path(tmp) / "oldest.json"
+        # --report only writes down what the resolution chose; the resolution is the user's line's
+        installing = pool.submit(_pip, [*install_line(lock), *quiet, "--report", str(as_written)], env, timeout)
         wheels = [f"{n}=={v}" for n, v in sorted(pins.items()) if n not in sources]  # on the command line, so
-        report = Path(tmp) / "wheels.json"                                           # pip names them in a conflict
-        resolving = pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--progress-bar", "off",
-                                       "--report", str(report), "--target", str(Path(tmp) / "target"),
+        resolving = pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", *quiet,  # pip names them
+                                       "--report", str(oldest), "--target", str(Path(tmp) / "target"),
                                        *platform_args(), *wheels], env, timeout)
-        checking = {name: pool.submit(_pip, ["install", "--dry-run", "--ignore-installed", "--no-deps",
-                                             "--progress-bar", "off", "--report", str(Path(tmp) / f"{name}.json"),
-                                             f"{name}=={pins.get(name, '')}".rstrip("=")], env, timeout)
-                    for name in sorted(sources)}
-        proc = resolving.result()
-        logs.append(_errors(proc))
-        if proc.returncode != 0:
-            problems.append(f"pip could not resolve {lock.name} for Linux x86_64 / Python {PYTHON_VERSION} "
-                            f"(exit {proc.returncode}):\n{_errors(proc)}")
-        else:
-            for item in json.loads(report.read_text())["install"]:
-                chosen[canonical(item["metadata"]["name"])] = item["metadata"]["version"]
-            extra = sorted(set(chosen) - set(pins))
-            if extra:
-                problems.append("pip added packages the lock does not pin: "
-                                + ", ".join(f"{n}=={chosen[n]}" for n in extra))
-            off = sorted(n for n in chosen.keys() & pins.keys() if chosen[n].split("+")[0] != pins[n])
-            if off:
-                problems.append("pip chose other versions than the lock: "
-                                + ", ".join(f"{n} {chosen[n]} (lock {pins[n]})" for n in off))
-        for name, job in checking.items():
+        for what, job, report, expected in (
+                (f"pip install -r {lock.name}", installing, as_written, set(pins)),
+                (f"wheels for glibc 2.{GLIBC}", resolving, oldest, set(pins) - sources)):
             proc = job.result()
             logs.append(_errors(proc))
             if proc.returncode != 0:
-                problems.append(f"pip could not find or build {name}=={pins.get(name)} from source "
-                                f"(exit {proc.returncode}):\n{_errors(proc)}")
+                problems.append(f"{what}: pip could not resolve {lock.name} for Linux x86_64 / Python "
+                                f"{PYTHON_VERSION} (exit {proc.returncode}):\n{_errors(proc)}")
                 continue
-            meta = json.loads((Path(tmp) / f"{name}.json").read_text())["install"][0]["metadata"]
-            chosen[name] = meta["version"]
-            for spec in meta.get("requires_dist") or []:
-                req = Requirement(spec)
-                if req.marker is not None and not req.marker.evaluate(TARGET_MARKERS):
-                    continue
-                have = pins.get(canonical(req.name))
-                if have is None or not req.specifier.contains(have, prereleases=True):
-                    problems.append(f"{name} {meta['version']} requires {spec}; the lock pins "
-                                    f"{canonical(req.name)}=={have}" if have else
-                                    f"{name} {meta['version']} requires {spec}, which the lock does not pin")
+            found = _chosen(report)
+            problems += _against_pins(what, found, pins, expected)
+            for name, version in found.items():
+                chosen.setdefault(name, version)
     return Resolution(ok=not problems, problems=problems, chosen=chosen, log="\n".join(logs))
 
 

@@ -5,8 +5,10 @@ requirements-gpu.in: requirements-dev.txt (the CPU environment's pins) plus vllm
 Before the lock existed, that pip set could not resolve (numpy 2.4.6 against vllm 0.32's
 mistral_common, numpy<2.4) and no test looked at it.
 
-The resolution test asks the package registry (pip's resolver in dry-run mode for Linux x86_64 /
-CPython 3.11, acesql_lib.pins.resolve_lock; about 40 s with pip 26.3, 75 s with pip 23.2). A registry
+The resolution test asks the package registry: it runs the user's own line, `pip install --dry-run
+--ignore-installed -r requirements-gpu.lock`, and pip's resolver for the oldest GPU box (Linux x86_64, glibc 2.31,
+CPython 3.11), acesql_lib.pins.resolve_lock, about 45-60 s with pip 26.3. The lock's own format options (which
+packages pip may build from source) are also checked offline, by the same pip on a local index. A registry
 that cannot be reached FAILS it: a skip would leave a green suite that never checked the lock. To
 leave it out on purpose, set ACESQL_SKIP_GPU_LOCK to the reason, e.g.
 `ACESQL_SKIP_GPU_LOCK="offline laptop" make test`: the test is then skipped and the reason printed.
@@ -15,12 +17,18 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
+import tarfile
 
 import pytest
 
 from acesql_lib import pins
 from acesql_lib.pins import GPU_IN, GPU_LOCK, canonical, no_binary, pin_mismatches, read_pins, shared_mismatches
 from repo_paths import ROOT as REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import lock_options  # noqa: E402
 
 OPT_OUT = "ACESQL_SKIP_GPU_LOCK"  # set to a reason to skip the registry check explicitly
 
@@ -32,7 +40,7 @@ def opted_out(env: dict[str, str]) -> str | None:
 
 
 @pytest.mark.registry
-def test_the_gpu_lock_resolves_with_pip_for_linux_x86_64_python_3_11():
+def test_the_gpu_lock_installs_as_written_and_resolves_for_the_oldest_gpu_box():
     reason = opted_out(dict(os.environ))
     if reason is not None:
         pytest.skip(f"GPU lock resolution skipped on request ({OPT_OUT}={reason!r}); the GPU environment was not checked")
@@ -95,3 +103,79 @@ def test_pip_is_asked_for_the_gpu_boxes_not_for_this_machine():
 def test_the_opt_out_needs_a_reason():
     assert opted_out({}) is None and opted_out({OPT_OUT: ""}) is None and opted_out({OPT_OUT: "0"}) is None
     assert opted_out({OPT_OUT: "offline laptop"}) == "offline laptop"
+
+
+# -- the lock's format options, as pip applies them (offline: a local index with a source-only package) --
+
+_BACKEND = """NAME, VERSION = "deepspeed", "0.19.8"
+import os
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+def prepare_metadata_for_build_wheel(directory, config_settings=None):
+    d = os.path.join(directory, f"{NAME}-{VERSION}.dist-info")
+    os.makedirs(d)
+    with open(os.path.join(d, "METADATA"), "w") as f:
+        f.write(f"Metadata-Version: 2.1\\nName: {NAME}\\nVersion: {VERSION}\\n")
+    return os.path.basename(d)
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    raise RuntimeError("metadata only")
+"""
+
+
+def _source_only_index(folder):
+    """A find-links folder whose deepspeed 0.19.8 exists only as a source archive, as on PyPI (an in-tree build
+    backend, so pip needs nothing from a registry to read its metadata)."""
+    src = folder / "src" / "deepspeed-0.19.8"
+    src.mkdir(parents=True)
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                        'backend-path = ["."]\n')
+    (src / "backend.py").write_text(_BACKEND)
+    index = folder / "index"
+    index.mkdir()
+    with tarfile.open(index / "deepspeed-0.19.8.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname=src.name)
+    return index
+
+
+def _pip_installs(requirements, index) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-index",
+                           "--find-links", str(index), "-r", str(requirements)],
+                          capture_output=True, text=True, env=pins.pip_env(), timeout=300)
+
+
+def _option_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if ln.startswith("--")]
+
+
+def test_pip_builds_the_source_package_under_the_locks_own_format_options(tmp_path):
+    """The lock's option lines, in their order, with deepspeed: pip (this environment's, as a user's) finds the
+    source archive. In uv's order (`--no-binary deepspeed` first) pip's `--only-binary :all:` clears the
+    exception and finds nothing: the lock as written did not install."""
+    index = _source_only_index(tmp_path)
+    options = _option_lines(GPU_LOCK.read_text())
+    assert "--only-binary :all:" in options and "--no-binary deepspeed" in options
+    as_written = tmp_path / "as_written.txt"
+    as_written.write_text("\n".join(options) + "\ndeepspeed==0.19.8\n")
+    ok = _pip_installs(as_written, index)
+    assert ok.returncode == 0 and "Would install deepspeed-0.19.8" in ok.stdout, ok.stdout + ok.stderr
+    uv_order = tmp_path / "uv_order.txt"
+    uv_order.write_text("--no-binary deepspeed\n--only-binary :all:\ndeepspeed==0.19.8\n")
+    refused = _pip_installs(uv_order, index)
+    assert refused.returncode != 0 and "No matching distribution found for deepspeed==0.19.8" in refused.stderr
+
+
+def test_make_lock_puts_the_blanket_wheels_option_before_the_source_exceptions():
+    uv = ("# header\n#    make lock\n--no-binary deepspeed\n--no-binary other\n--only-binary :all:\n\na==1\n"
+          "    # via b\n")
+    assert _option_lines(lock_options.ordered(uv)) == ["--only-binary :all:", "--no-binary deepspeed",
+                                                       "--no-binary other"]
+    assert lock_options.ordered(uv).splitlines()[:2] == ["# header", "#    make lock"]
+    assert lock_options.ordered(lock_options.ordered(uv)) == lock_options.ordered(uv)
+    assert lock_options.ordered("a==1\n") == "a==1\n"
+    assert lock_options.ordered(GPU_LOCK.read_text()) == GPU_LOCK.read_text()  # the committed lock is in order
+    assert "scripts/lock_options.py requirements-gpu.lock" in (REPO_ROOT / "Makefile").read_text()
+
+
+def test_the_registry_check_runs_the_users_own_install_line():
+    assert pins.install_line(GPU_LOCK) == ["install", "--dry-run", "--ignore-installed", "-r", str(GPU_LOCK)]
+    assert re.search(r"^\s+- -r requirements-gpu\.lock$", (REPO_ROOT / "environment.yml").read_text(), flags=re.M)
