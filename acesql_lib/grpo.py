@@ -17,6 +17,7 @@ clip and dual clip stay in the loss for engines whose sampling log-probs differ)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -49,7 +50,7 @@ from .schedule import gen_weight, lr_lambda, total_steps, warmup_steps
 from .task import Task
 from .routes import rollout_route_records, route_share
 from .reuse_keys import engine_key, settings_hash
-from .sharding import (full_state_dict, is_sharded, kit_fsdp2, reduce_gradients_in_fp32, shard_policy, shard_reference,
+from .sharding import (fsdp2_on_cpu, full_state_dict, is_sharded, reduce_gradients_in_fp32, reshard, shard_reference,
                        unsharded)
 from .timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from .tracking import open_tracker
@@ -210,24 +211,20 @@ class JointGRPO:
         self.cfg, self.g = cfg, cfg.grpo
         self.rules = RolloutSpec.grpo(cfg)  # how every rollout of this run is judged, validation's too
         self.acc = accelerator or Accelerator(**accelerator_precision(self.g.bf16, torch.cuda.is_available()))
+        fsdp2_on_cpu(self.acc)  # a launch for FSDP2 on CPU processes runs accelerate's FSDP2 code (sharding.py)
         self.tokenizer, self.engine, self.style = tokenizer, engine, style
         self.tasks, self.val_tasks, self.pool = list(tasks), list(val_tasks), pool
         self.out = Path(out_dir)
         self.progress = progress and self.acc.is_main_process
         self.penalty = LengthPenalty.from_config(self.g)
         self.total_steps = total_steps(len(self.tasks), self.g.batch_questions, self.g.epochs, self.g.max_steps)
-        policy = shard_policy(policy, self.acc)  # FSDP2 asked for on CPU processes: sharded by the kit (sharding.py)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.g.learning_rate,
                                       weight_decay=self.g.weight_decay)
         warmup = warmup_steps(self.g.warmup_ratio, self.total_steps, self.g.schedule)
         reduce_gradients_in_fp32(self.acc)  # FSDP2: bf16 compute, fp32 gradient reduction (the authors' verl)
-        if is_sharded(policy):  # already FSDP2 units: accelerate (MULTI_CPU) would wrap them in DDP
-            self.model, self.optimizer = policy, self.acc.prepare(optimizer)
-        else:
-            self.model, self.optimizer = self.acc.prepare(policy, optimizer)
+        self.model, self.optimizer = self.acc.prepare(policy, optimizer)
         if self.acc.is_main_process and self.acc.num_processes > 1:
-            how = ("FSDP2, sharded by the kit (accelerate's FSDP needs GPUs)" if kit_fsdp2(self.acc)
-                   else "FSDP2 (accelerate)" if getattr(self.acc, "is_fsdp2", False)
+            how = ("FSDP2 (accelerate)" if getattr(self.acc, "is_fsdp2", False)
                    else f"replicated ({self.acc.distributed_type.name}, DDP)")
             print(f"[grpo] {self.acc.num_processes} processes, policy and reference: {how}", flush=True)
         # Not through prepare: accelerate's scheduler wrapper steps once per process per call when batches
@@ -235,7 +232,7 @@ class JointGRPO:
         # optimizer step is one scheduler step on every rank; the prepared optimizer shares `optimizer`'s
         # parameter groups, so the learning rate it uses is the one set here.
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(warmup, self.g.schedule))
-        self.reference = shard_reference(reference, self.acc)  # FSDP2: 1/N of it per process, like the policy
+        self.reference = shard_reference(reference, self.acc)  # FSDP2: 1/N of it per process, rank 0's weights
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.state = ckpt.TrainState()
         self._stop_requested = False
@@ -282,7 +279,9 @@ class JointGRPO:
     def _generating(self) -> Any:
         """Generation on the live policy (the HF engine) under FSDP2: its units gathered once for all ranks'
         decoding; an engine with its own copy of the weights (vLLM) needs nothing."""
-        return unsharded(self.model) if getattr(self.engine, "kind", "") == "hf" and self._sharded() else _nullcontext()
+        if getattr(self.engine, "kind", "") == "hf" and self._sharded():
+            return unsharded(self.model)
+        return contextlib.nullcontext()
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
         """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
@@ -412,7 +411,7 @@ class JointGRPO:
         for k, (rows, numer, denom) in enumerate(micro):
             logprobs, cmask = self._logprob_fn([batch.prompt_ids[i] for i in rows],
                                                [batch.completion_ids[i] for i in rows])
-            with self.acc.no_sync(self.model) if k < len(micro) - 1 else _nullcontext():
+            with self._accumulating(last=k == len(micro) - 1), torch.set_grad_enabled(weight > 0):
                 logp = logprobs(self.model)
                 with torch.no_grad():
                     ref_logp = (logprobs(self.reference) if self.reference is not None and g.kl_coef > 0
@@ -426,7 +425,17 @@ class JointGRPO:
             sums["loss"] += float(loss.detach()) / denom * numer
             sums["kl"] += float((kl.detach() * cmask).sum()) / denom * numer
             sums["clipped"] += float((clipped * cmask).sum()) / denom * numer
+        if weight <= 0:  # forward passes without a backward: FSDP2 units that keep their gathered weights
+            reshard(self.model)  # after forward (accelerate's embedding and head unit) give them back here
         return sums
+
+    def _accumulating(self, last: bool) -> Any:
+        """Gradient sync held back until a role's last micro-batch under DDP (each rank keeps its whole gradient
+        anyway). Not under FSDP2: its `no_sync` keeps every unit's unsharded gradient until the last micro-batch
+        (the whole model's, in fp32), where reducing each micro-batch keeps only this rank's shard."""
+        if last or getattr(self.acc, "is_fsdp2", False):
+            return contextlib.nullcontext()
+        return self.acc.no_sync(self.model)
 
     def _logprob_fn(self, prompts: list[list[int]], completions: list[list[int]]
                     ) -> tuple[Callable[[torch.nn.Module], torch.Tensor], torch.Tensor]:
@@ -609,14 +618,6 @@ class JointGRPO:
 # Small helpers
 
 
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def _install_sigterm(trainer: JointGRPO):
     try:
         def handler(signum, frame):  # finish the step, checkpoint, exit (see train)
@@ -779,6 +780,14 @@ def _without_overlong(tasks: list[Task], tokenizer: Any, cfg: Config, name: str)
     return kept
 
 
+def load_device(accelerator: Any, device: str) -> str:
+    """Where GRPO loads its models: this rank's device (`model.device` auto or cuda), or the CPU under FSDP2,
+    whose preparation shards them onto the GPU (no rank holds a whole copy there)."""
+    if device not in ("auto", "cuda"):
+        return device
+    return "cpu" if getattr(accelerator, "is_fsdp2", False) else str(accelerator.device)
+
+
 def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: Any = None,
                   progress: bool = True) -> JointGRPO:
     """Everything the notebook and the launcher share: models, engine, RL questions, pool.
@@ -794,7 +803,8 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     from .pool_init import initial_pool
 
     accelerator = accelerator or Accelerator(**accelerator_precision(cfg.grpo.bf16, torch.cuda.is_available()))
-    device = str(accelerator.device) if cfg.model.device in ("auto", "cuda") else cfg.model.device  # this rank's GPU
+    fsdp2_on_cpu(accelerator)  # before loading: the models load where the FSDP2 preparation expects them
+    device = load_device(accelerator, cfg.model.device)
     if cfg.distill.rl_selection == "sft_model":  # §3.4 by the SFT model's rollouts: chosen once, then read back
         from .distill import select_by_model
 
@@ -813,15 +823,17 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data
-    engine = make_engine(cfg.engine, policy, tokenizer, model_path=str(paths.sft_model), dtype=cfg.model.dtype,
-                         seed=cfg.seed)
-    style = cfg.model.prompt_style  # the one place a prompt style is read
+    style = cfg.model.prompt_style
     out = paths.grpo_run(variant)
     if accelerator.is_main_process:
         retire_stale_run(out, run_settings(cfg, paths))
     accelerator.wait_for_everyone()
-    trainer = JointGRPO(cfg, policy, reference, tokenizer, engine, tasks, pool, out,
+    trainer = JointGRPO(cfg, policy, reference, tokenizer, None, tasks, pool, out,
                         val_tasks=val_tasks, accelerator=accelerator, style=style, progress=progress)
+    # the engine starts after the policy is prepared: under FSDP2 every rank then holds rank 0's weights (the
+    # others loaded zeros with cpu_ram_efficient_loading) and the models are sharded before vLLM takes its share
+    trainer.engine = make_engine(cfg.engine, trainer.unwrapped, tokenizer, model_path=str(paths.sft_model),
+                                 dtype=cfg.model.dtype, seed=cfg.seed)
     trainer.policy_source = str(paths.sft_model)
     trainer.resume()
     return trainer

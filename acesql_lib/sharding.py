@@ -12,11 +12,13 @@ nothing to train).
 fp32 gradient reduction, as the authors' verl (accelerate's bf16 default reduces in bf16, losing the low bits
 of the averaged gradient); DDP already reduces the fp32 masters' gradients in fp32.
 
-**FSDP2 on CPU processes** (the paper launch rehearsed without GPUs): accelerate's FSDP needs GPUs, so a
-launch with an FSDP2 config on CPU (`configs/accelerate/fsdp2_cpu.yaml`) reaches the processes as MULTI_CPU
-with the launcher's `ACCELERATE_USE_FSDP`/`FSDP_VERSION` still set. `kit_fsdp2` recognises it and the trainer
-then shards the policy and the reference itself with the same `fully_shard` units on a CPU mesh over gloo, so
-the sharded code paths (checkpoints, the final gather, the engine sync, PCGrad's local shards) run as on GPUs.
+**FSDP2 on CPU processes** (the paper's launch rehearsed without GPUs): a launch from `configs/accelerate/fsdp.yaml`
+with the CPU keys overridden (acesql_lib/launch.py) starts its processes through torchrun with accelerate's
+FSDP variables set, but accelerate's state takes its FSDP branch only for GPU-like process groups and comes up
+MULTI_CPU. `fsdp2_on_cpu` moves that state into the FSDP branch, with the plugin accelerate builds from the
+same variables; from there accelerate's own code runs as on GPUs: `prepare` shards the policy with
+`fsdp2_prepare_model` (its units, its rank-0 broadcast for `cpu_ram_efficient_loading`), `no_sync` is FSDP2's,
+`get_state_dict` gathers, and the reference goes through the same `fsdp2_prepare_model`.
 `unsharded` gathers every unit of a sharded model once for generation (as ZeRO-3's gather for generation):
 decoding then needs no collective per token, so ranks with different prompts never wait on each other.
 """
@@ -40,56 +42,29 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def shard_frozen(model: torch.nn.Module, mesh: Any, mp_policy: Any = None, offload_policy: Any = None,
-                 reshard_after_forward: bool = True) -> torch.nn.Module:
-    """`fully_shard` each decoder layer, then the root, on `mesh`; the model stays frozen in eval mode."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, OffloadPolicy, fully_shard
-
-    kwargs = {"mesh": mesh, "reshard_after_forward": reshard_after_forward,
-              "mp_policy": mp_policy or MixedPrecisionPolicy(), "offload_policy": offload_policy or OffloadPolicy()}
-    for layer in decoder_layers(model):
-        fully_shard(layer, **kwargs)
-    fully_shard(model, **kwargs)
-    model.eval()
-    model.requires_grad_(False)
-    return model
-
-
-def kit_fsdp2(accelerator: Any) -> bool:
-    """The launch asked for FSDP2 but accelerate runs its processes as MULTI_CPU (its FSDP needs GPUs): the
-    kit shards with `fully_shard` itself (module docstring)."""
-    return (accelerator.distributed_type.name == "MULTI_CPU" and accelerator.num_processes > 1
+def fsdp2_on_cpu(accelerator: Any) -> bool:
+    """On CPU processes launched for FSDP2 (torchrun, `ACCELERATE_USE_FSDP`, `FSDP_VERSION=2`): put accelerate's
+    state into its FSDP branch, which it takes only for GPU-like process groups (accelerate/state.py), with the
+    plugin accelerate reads from the launcher's `FSDP_*` variables. Returns whether the state is FSDP2 now.
+    Call it before `prepare`; a second call changes nothing."""
+    if getattr(accelerator, "is_fsdp2", False):
+        return True
+    if not (accelerator.distributed_type.name == "MULTI_CPU" and accelerator.num_processes > 1
             and os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-            and os.environ.get("FSDP_VERSION", "1") == "2")
+            and os.environ.get("FSDP_VERSION", "1") == "2"):
+        return False
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-
-_MESHES: dict[int, Any] = {}
-
-
-def cpu_mesh(accelerator: Any) -> Any:
-    """One 1-D CPU device mesh over the launch's processes (made once: making it is a collective)."""
-    if accelerator.num_processes not in _MESHES:
-        from torch.distributed.device_mesh import init_device_mesh
-
-        _MESHES[accelerator.num_processes] = init_device_mesh("cpu", (accelerator.num_processes,))
-    return _MESHES[accelerator.num_processes]
-
-
-def _reshard_after_forward() -> bool:
-    return os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() == "true"
-
-
-def shard_policy(model: torch.nn.Module, accelerator: Any) -> torch.nn.Module:
-    """Under `kit_fsdp2`: the trainable policy as accelerate's FSDP2 prepares it (each decoder layer a unit,
-    then the root); build the optimizer on its parameters afterwards. As it is otherwise."""
-    if not kit_fsdp2(accelerator):
-        return model
-    from torch.distributed.fsdp import fully_shard
-
-    mesh, reshard = cpu_mesh(accelerator), _reshard_after_forward()
-    for layer in decoder_layers(model):
-        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    state = accelerator.state
+    plugin = FullyShardedDataParallelPlugin()
+    if state.mixed_precision != "no":
+        plugin.set_mixed_precision(state.mixed_precision)
+    state.fsdp_plugin = plugin
+    state.distributed_type = DistributedType.FSDP
+    # as accelerate's own FSDP set-up does: every later AcceleratorState() copies the process state's type back
+    PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+    return accelerator.is_fsdp2
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
@@ -113,12 +88,11 @@ def full_state_dict(accelerator: Any, model: torch.nn.Module) -> dict[str, torch
     storage, so `save_pretrained` would not see the tie and would write the embedding twice."""
     if not is_sharded(model):
         return accelerator.get_state_dict(model)
-    if accelerator.is_fsdp2:
-        state = accelerator.get_state_dict(model)
-    else:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    # torch's own full state dict: accelerate's FSDP2 `get_state_dict` asks it with broadcast_from_rank0 as well,
+    # and with torch 2.13 on gloo that returned the DTensor shards unchanged
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     first: dict[int, str] = {}
     for name, p in accelerator.unwrap_model(model).named_parameters(remove_duplicate=False):
         if first.setdefault(id(p), name) != name:
@@ -129,34 +103,53 @@ def full_state_dict(accelerator: Any, model: torch.nn.Module) -> dict[str, torch
 @contextmanager
 def unsharded(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
     """Every FSDP2 unit of `model` gathered once (a collective: every rank enters together) and kept whole
-    through any number of forward passes, then resharded; a model FSDP does not manage passes through."""
+    through any number of forward passes, then resharded, each unit's own reshard-after-forward setting
+    restored; a model FSDP does not manage passes through."""
     from torch.distributed.fsdp import FSDPModule
 
     units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    before = [_reshards_after_forward(unit) for unit in units]
     for unit in units:
         unit.set_reshard_after_forward(False, recurse=False)
         unit.unshard()
     try:
         yield model
     finally:
-        for unit in units:
+        for unit, reshard in zip(units, before):
             unit.reshard()
-            unit.set_reshard_after_forward(_reshard_after_forward(), recurse=False)
+            if reshard is not None:
+                unit.set_reshard_after_forward(reshard, recurse=False)
+
+
+def _reshards_after_forward(unit: Any) -> bool | None:
+    """Whether an FSDP2 unit frees its gathered parameters after forward (None: it holds none of its own)."""
+    groups = unit._get_fsdp_state()._fsdp_param_groups
+    return any(g.post_forward_mesh_info is not None for g in groups) if groups else None
 
 
 def shard_reference(model: torch.nn.Module | None, accelerator: Any) -> torch.nn.Module | None:
-    """The reference sharded on `accelerator`'s mesh under FSDP2 (accelerate's, or the kit's on CPU); as it is
-    otherwise."""
-    if model is not None and kit_fsdp2(accelerator):
-        return shard_frozen(model, cpu_mesh(accelerator), reshard_after_forward=_reshard_after_forward())
+    """Under FSDP2 the frozen reference sharded by accelerate's own `fsdp2_prepare_model`, as the policy: the same
+    units and mixed-precision policy, and with `cpu_ram_efficient_loading` rank 0's weights broadcast to every
+    rank (the others loaded zeros). As it is otherwise."""
     if model is None or not getattr(accelerator, "is_fsdp2", False):
         return model
-    plugin = accelerator.state.fsdp_plugin
-    mesh = getattr(accelerator, "torch_device_mesh", None)
-    if mesh is not None and getattr(accelerator, "parallelism_config", None) is not None:
-        mesh = mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)]
-    return shard_frozen(model, mesh, plugin.mixed_precision_policy, plugin.cpu_offload or None,
-                        bool(plugin.reshard_after_forward))
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+
+    model.requires_grad_(False)  # frozen before preparing: accelerate upcasts only trainable parameters to fp32
+    model = fsdp2_prepare_model(accelerator, model)
+    model.set_reshard_after_forward(True)  # forward passes only: no unit keeps its gathered weights for a backward
+    model.eval()
+    return model
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Every FSDP2 unit of `model` back to its shard (a unit prepared to keep its gathered weights between the
+    forward and the backward keeps them after a forward that has no backward); nothing for other models."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for unit in model.modules():
+        if isinstance(unit, FSDPModule):
+            unit.reshard()
 
 
 def reduce_gradients_in_fp32(accelerator: Any) -> bool:

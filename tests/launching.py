@@ -9,6 +9,7 @@ import faulthandler
 import os
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 from repo_paths import ROOT as REPO
@@ -21,9 +22,13 @@ def free_port() -> int:
 
 
 def accelerate_launch(accelerate_config: str | Path, *target: str) -> list[str]:
-    """The command line of `accelerate launch --config_file CONFIG --main_process_port PORT TARGET...`."""
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / accelerate_config),
-            "--main_process_port", str(free_port()), *target]
+    """The command line of `accelerate launch --config_file CONFIG --main_process_port PORT TARGET...` on 2 CPU
+    processes: CONFIG is the launch file itself with only the keys a CPU cannot honour replaced
+    (`acesql_lib.launch.cpu_launch_config`, written to a folder of its own)."""
+    from acesql_lib.launch import command, cpu_launch_config
+
+    config = cpu_launch_config(REPO / accelerate_config, tempfile.mkdtemp(prefix="acesql-launch-"))
+    return command(config, list(target), port=free_port())
 
 
 def rank_started() -> None:

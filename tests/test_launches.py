@@ -1,6 +1,6 @@
 """The README's two `accelerate launch` commands, 2 CPU processes over gloo, on the rehearsal profile:
-mixed SFT (`-m acesql_lib.sft`) and joint GRPO (`-m acesql_lib.grpo`), each with the accelerate
-config the rehearsal names (`sft.accelerate_config`, `grpo.accelerate_config`); GRPO is killed after
+mixed SFT (`-m acesql_lib.sft`) and joint GRPO (`-m acesql_lib.grpo`), each from the paper's own launch file
+(`sft.accelerate_config`, `grpo.accelerate_config`) with only its CPU keys replaced; GRPO is killed after
 a checkpoint and resumed by the same command. The policy is the small RL fixture policy, so a step
 takes seconds; the launch, the process group, the sharding and the checkpoints are the real ones."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ def run(rl_template) -> Path:
     return rl_template  # read only: every launch below works on its own copy
 
 
-def first_errors(stderr: str, width: int = 2500) -> str:
+def first_errors(stderr: str, width: int = 9000) -> str:
     """The first traceback of the launch's stderr (the rank that failed first) and its end: the tail alone
     shows only the other ranks' broken-connection errors that follow a crash."""
     start = stderr.find("Traceback")
@@ -111,15 +111,29 @@ def fsdp2_straight(run, tmp_path_factory) -> Path:
     cmd, out = grpo_launch(run, tmp_path_factory.mktemp("fsdp2") / "run", CFG.grpo.accelerate_config)
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, first_errors(done.stderr)
-    assert "policy and reference: FSDP2, sharded by the kit" in done.stdout  # not DDP, not one process
+    assert "policy and reference: FSDP2 (accelerate)" in done.stdout  # not DDP, not one process
     return out
 
 
-def test_the_rehearsal_launches_grpo_as_the_paper_does_with_fsdp2():
-    assert CFG.grpo.accelerate_config == "configs/accelerate/fsdp2_cpu.yaml"
-    launch_cfg = (REPO / CFG.grpo.accelerate_config).read_text()
-    assert "distributed_type: FSDP" in launch_cfg and "fsdp_version: 2" in launch_cfg
-    assert "fsdp_version: 2" in (REPO / load_config("paper").grpo.accelerate_config).read_text()
+def test_the_rehearsal_launches_the_papers_own_launch_files_with_only_the_cpu_keys_replaced(tmp_path):
+    import yaml
+
+    from acesql_lib.launch import cpu_launch_config
+
+    paper = load_config("paper")
+    assert CFG.grpo.accelerate_config == paper.grpo.accelerate_config == "configs/accelerate/fsdp.yaml"
+    assert CFG.sft.accelerate_config == paper.sft.accelerate_config == "configs/accelerate/zero3.yaml"
+    for name, changed in (("fsdp.yaml", {"use_cpu", "num_processes", "mixed_precision"}),
+                          ("zero3.yaml", {"use_cpu", "num_processes", "mixed_precision", "distributed_type",
+                                          "deepspeed_config"})):
+        own = yaml.safe_load((REPO / "configs" / "accelerate" / name).read_text())
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        cpu = yaml.safe_load(cpu_launch_config(REPO / "configs" / "accelerate" / name, tmp_path).read_text())
+        differ = {k for k in own.keys() | cpu.keys() if own.get(k) != cpu.get(k)}
+        assert differ == changed, name
+        assert cpu["use_cpu"] is True and cpu["num_processes"] == 2 and cpu["mixed_precision"] == "no"
+    fsdp = yaml.safe_load((REPO / "configs/accelerate/fsdp.yaml").read_text())
+    assert fsdp["fsdp_config"]["fsdp_version"] == 2 and fsdp["fsdp_config"]["fsdp_cpu_ram_efficient_loading"] is True
 
 
 def test_fsdp2_launch_steps_the_schedule_once_per_step_and_writes_sharded_checkpoints_and_a_whole_model(run, fsdp2_straight):

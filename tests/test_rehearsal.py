@@ -22,8 +22,8 @@ from repo_paths import REAL
 
 DK = REAL / "spider_dk"
 
-# What the rehearsal may change: the model, the device/dtype, sizes, the data roots (and where
-# DeepSpeed/FSDP cannot run on CPU, the accelerate config). Anything else must equal paper.yaml.
+# What the rehearsal may change: the model, the device/dtype, sizes, the data roots. Anything else must equal
+# paper.yaml, the accelerate launch files included (acesql_lib/launch.py rehearses them on CPU).
 ALLOWED = [
     "profile",
     "model.base_model", "model.build_tiny", "model.dtype", "model.device", "model.tiny.*",
@@ -34,10 +34,10 @@ ALLOWED = [
     "distill.n_retriever", "distill.n_generator", "distill.rl_min_correct", "distill.rl_max_correct",
     "distill.n_validation", "distill.n_rl_train", "distill.max_new_tokens", "distill.shard_size",
     "sft.per_device_batch_size", "sft.gradient_accumulation_steps", "sft.max_steps", "sft.max_length", "sft.bf16",
-    "sft.logging_steps", "sft.save_steps", "sft.accelerate_config",
+    "sft.logging_steps", "sft.save_steps",
     "grpo.batch_questions", "grpo.n_retriever", "grpo.n_generator", "grpo.max_steps", "grpo.epochs",
     "grpo.max_prompt_tokens", "grpo.max_response_tokens", "grpo.micro_batch_size", "grpo.val_every",
-    "grpo.save_every", "grpo.accelerate_config", "grpo.val_samples", "grpo.val_retriever_samples",
+    "grpo.save_every", "grpo.val_samples", "grpo.val_retriever_samples",
     "eval.max_examples", "eval.max_new_tokens", "eval.retriever_max_new_tokens", "eval.max_model_len", "eval.workers",
     "eval.sets.*.path", "eval.sets.*.tables", "eval.sets.*.db_root",  # the data roots, substituted into the paths
 ]
