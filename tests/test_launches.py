@@ -187,3 +187,27 @@ def test_ddp_launch_resumes_after_a_kill_and_its_first_update_is_fsdp2s(run, fsd
     assert ddp[0]["w_gen"] == 0
     for key in TRAINED[:-1]:
         assert ddp[0][key] == pytest.approx(fsdp2[0][key], rel=1e-5, abs=1e-9), key
+
+
+START_CHECK = Path(__file__).with_name("fsdp2_start_check.py")
+
+
+def test_every_rank_of_the_fsdp2_launch_starts_from_rank_0s_weights_and_keeps_only_its_gradient_shard(run, tmp_path):
+    """The paper's GRPO launch file (fsdp_cpu_ram_efficient_loading: true: transformers loads zeros on every local
+    rank but 0) on 2 CPU ranks: after build_trainer each rank's policy and reference equal the model files, its
+    engine decodes the SFT model's greedy tokens before step 1, and through a step of several micro-batches no rank
+    holds more gradient than its own shard (FSDP2's no_sync would keep the whole unsharded gradient)."""
+    import shutil
+
+    work = tmp_path / "run"
+    shutil.copytree(run, work)
+    cmd = accelerate_launch(CFG.grpo.accelerate_config, str(START_CHECK), str(work))
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, first_errors(done.stderr)
+    reports = [json.loads((work / f"start_check_rank{rank}.json").read_text()) for rank in (0, 1)]
+    for r in reports:
+        assert r["fsdp2"], r
+        assert r["policy_equals_disk"] and r["reference_equals_disk"], r
+        assert r["engine_decodes_the_policy"], r
+        assert r["micro_batches"] >= 4, r  # both roles, two or more micro-batches each
+        assert max(r["gradient_bytes"]) <= r["shard_bytes"], r
