@@ -196,36 +196,49 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
     rank_finished()
 
 
-def _reference_rank(rank: int, world: int, folder: str) -> None:
+def _reference_rank(rank: int, world: int, folder: str, port: int) -> None:
     rank_started()
-    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=rank, world_size=world)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), ACCELERATE_USE_FSDP="true", FSDP_VERSION="2",
+                      FSDP_AUTO_WRAP_POLICY="TRANSFORMER_BASED_WRAP", FSDP_TRANSFORMER_CLS_TO_WRAP="Qwen3DecoderLayer",
+                      FSDP_CPU_RAM_EFFICIENT_LOADING="true")
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)  # as a rank of the FSDP2 launch has it on CPU
     try:
-        from torch.distributed.device_mesh import init_device_mesh
-
         from acesql_lib.grpo import _pad_batch, completion_logprobs
-        from acesql_lib.sharding import shard_frozen
+        from acesql_lib.sharding import fsdp2_on_cpu, shard_reference
 
-        mesh = init_device_mesh("cpu", (world,))
-        reference = shard_frozen(_qwen3(), mesh)
+        assert fsdp2_on_cpu(acc)
+        whole = _qwen3()
+        if rank:  # cpu_ram_efficient_loading: only rank 0 reads the weights, the others hold zeros
+            with torch.no_grad():
+                for p in whole.parameters():
+                    p.zero_()
+        reference = shard_reference(whole.requires_grad_(False), acc)
         held = sum(p.to_local().numel() for p in reference.parameters())
         prompts = [[3, 5, 7, 9], [11, 13]]
         completions = [[2, 4, 6], [8, 10, 12, 14, 16]]
         ids, attn, pos, _, c_len = _pad_batch(prompts, completions, 0, torch.device("cpu"))
         with torch.no_grad():
             logp = completion_logprobs(reference, ids, attn, pos, c_len, chunk_tokens=4)
+        gathered_after = [type(p).__name__ for p in reference.parameters()]
         torch.save({"held": held, "logp": logp, "frozen": not any(p.requires_grad for p in reference.parameters()),
-                    "training": reference.training}, f"{folder}/ref{rank}.pt")
+                    "training": reference.training, "sharded_after_forward": set(gathered_after) == {"DTensor"}},
+                   f"{folder}/ref{rank}.pt")
     finally:
-        dist.destroy_process_group()
+        _teardown(acc)
     rank_finished()
 
 
 def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(tmp_path):
-    """Each of 2 ranks holds about half of the frozen reference (fully_shard per decoder layer, then the
-    root), and the log-probabilities it gives are the unsharded model's."""
+    """Each of 2 ranks holds about half of the frozen reference (accelerate's fsdp2_prepare_model, as the policy),
+    rank 1 started from zeros gets rank 0's weights, the log-probabilities it gives are the unsharded model's, and
+    after a forward pass every unit is back to its shard (no gathered weights held between steps)."""
     from acesql_lib.grpo import _pad_batch, completion_logprobs
+    from launching import free_port
 
-    mp.start_processes(_reference_rank, args=(2, str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(_reference_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
     whole = _qwen3()
     ids, attn, pos, _, c_len = _pad_batch([[3, 5, 7, 9], [11, 13]], [[2, 4, 6], [8, 10, 12, 14, 16]], 0,
                                           torch.device("cpu"))
@@ -234,7 +247,7 @@ def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(
     total = sum(p.numel() for p in whole.parameters())
     for rank in range(2):
         got = torch.load(tmp_path / f"ref{rank}.pt")
-        assert got["frozen"] and not got["training"]
+        assert got["frozen"] and not got["training"] and got["sharded_after_forward"]
         assert got["held"] <= total / 2 + 64  # its shard (dim-0 halves, up to one row of padding per tensor)
         assert torch.allclose(got["logp"], expected, atol=1e-6)
 
