@@ -28,7 +28,7 @@ from . import workers
 from .compare import MODES, gold_has_order_by
 from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ExecResult, execute_here
 from .tasks import Score, ScoreList, _run_task, _Task
-from .workers import shared_pool, shutdown_pool
+from .workers import POOLS
 
 
 def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
@@ -48,12 +48,8 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     task = _Task(str(db_path), "", [(0, sql)], "multiset", False, False, timeout_s, max_rows, max_result_bytes,
                  kind="rows")
     got: list = []
-    pool = workers.single_pool()
-    try:
+    with workers.POOLS.single_pool() as pool:  # a worker of this call's own (workers.EXECUTE_WORKERS at once)
         pool.run([task], lambda *_: None, lambda _idx, r: got.append(r))
-    except BaseException:
-        workers.drop_single(pool)
-        raise
     r = got[0]
     if isinstance(r, Score):  # the worker died or was stopped at the hard deadline
         return ExecResult(r.pred_status, error=r.pred_error, elapsed_s=time.monotonic() - start)
@@ -108,12 +104,8 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
                 for msg in _run_task(task):
                     on_gold(task, *msg[1:]) if msg[0] == "gold" else on_pred(*msg[1:])
         elif tasks:
-            pool = shared_pool(workers or os.cpu_count() or 1)
-            try:
+            with POOLS.batch_pool(workers or os.cpu_count() or 1) as pool:
                 out.worker_deaths = pool.run(tasks, on_gold, on_pred)
-            except BaseException:  # e.g. Ctrl-C: workers may hold half-sent tasks, so start afresh next time
-                shutdown_pool()
-                raise
     finally:
         bar.close()
     return out
