@@ -40,10 +40,15 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     `sandbox.execute_here`; raises WorkerStartupError when workers cannot start at all.
     `in_process=True` (or a `conn` from `open_readonly`) runs it in this
     process instead: faster for trusted SQL, but then a runaway compile or a huge result is this
-    process's problem. `max_rows` 0 means no row cap (the byte cap still holds).
+    process's problem. `max_rows` 0 means no row cap; the byte cap still holds, counted as this
+    process will hold the rows (sandbox.HELD_ROW_BYTES a row and HELD_VALUE_BYTES a value beyond text
+    and blob lengths), so it bounds the caller's memory and, at 64 bytes or more a row, the row count.
+    Safe from any number of threads: each call runs on a worker of its own, up to
+    workers.EXECUTE_WORKERS at once; a call beyond that waits, first come first served, for one to
+    come free, and its deadline counts from when its worker starts it.
     """
     if in_process or conn is not None:
-        return execute_here(db_path, sql, timeout_s, max_rows, max_result_bytes, conn=conn)
+        return execute_here(db_path, sql, timeout_s, max_rows, max_result_bytes, conn=conn, held=True)
     start = time.monotonic()
     task = _Task(str(db_path), "", [(0, sql)], "multiset", False, False, timeout_s, max_rows, max_result_bytes,
                  kind="rows")
@@ -69,7 +74,8 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
     triple is marked "worker died"; one past its hard deadline is killed and that triple is a
     "timeout". A failed gold scores 0 and is counted in `gold_failures`. workers=0 means
     os.cpu_count(). `in_process=True` runs everything in this process (trusted SQL only: no hard
-    deadline, no memory bound). `max_rows` 0 means no row cap. `strict_utf8`: invalid UTF-8 text
+    deadline, no memory bound). `max_rows` 0 means no row cap. From several threads: calls with the
+    same `workers` take turns on that pool, calls with different ones run at once on pools of their own. `strict_utf8`: invalid UTF-8 text
     in a result makes that SQL an error (the official BIRD evaluators' reading) instead of U+FFFD.
     """
     if mode not in MODES:
