@@ -46,7 +46,7 @@ def _authors_eval_items(text: str) -> list[str]:
     for candidate in candidates:
         try:
             data = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # model output: nesting past Python's stack is not JSON here
             continue
         if not isinstance(data, dict):
             continue

@@ -25,7 +25,9 @@ Rules the rest of the kit relies on:
 - **Output aliases** used in ORDER BY / HAVING / GROUP BY are not table columns.
 
 A query that cannot be resolved (parse error, several statements, unknown table, unknown or
-ambiguous column) raises `ColumnResolutionError` with the reason; an empty set is never
+ambiguous column, nesting too deep for the parser, any other failure of the parser on odd text)
+raises `ColumnResolutionError` with the reason, and nothing else: model output reaches this on
+every scored SQL, so no text can raise out of a rollout or an evaluation. An empty set is never
 returned silently.
 """
 from __future__ import annotations
@@ -123,6 +125,10 @@ def column_set(sql: str, schema: Schema, cache: bool = True, bare_tables: str = 
             cached = _resolve(sql, entry)
         except ColumnResolutionError as e:
             cached = str(e)
+        except RecursionError:  # sqlglot recurses once per nesting level: 50 parentheses reach Python's limit
+            cached = "too deeply nested for the SQL parser (nested parentheses, calls or casts)"
+        except Exception as e:  # noqa: BLE001 - model output: sqlglot failing in any way is a verdict, not a crash
+            cached = f"the SQL parser failed: {type(e).__name__}: {_first_line(e)[:200]}"
         if len(entry.results) >= _MAX_RESULTS_PER_SCHEMA:
             entry.results.clear()
         entry.results[sql] = cached

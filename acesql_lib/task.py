@@ -53,7 +53,7 @@ class Task:
 
     def columns_of(self, sql: str, bare_tables: str = "anchor") -> frozenset[str] | None:
         """Column set of a predicted SQL, or None when it cannot be resolved (kit rule: never guessed)."""
-        if not sql:
+        if not isinstance(sql, str) or not sql:
             return None
         try:
             return column_set(sql, self.schema, bare_tables=bare_tables)

@@ -28,7 +28,7 @@ from . import workers
 from .compare import MODES, gold_has_order_by
 from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ExecResult, execute_here
 from .tasks import Score, ScoreList, _run_task, _Task
-from .workers import shared_pool, shutdown_pool
+from .workers import POOLS
 
 
 def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
@@ -40,20 +40,21 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     `sandbox.execute_here`; raises WorkerStartupError when workers cannot start at all.
     `in_process=True` (or a `conn` from `open_readonly`) runs it in this
     process instead: faster for trusted SQL, but then a runaway compile or a huge result is this
-    process's problem. `max_rows` 0 means no row cap (the byte cap still holds).
+    process's problem. `max_rows` 0 means no row cap; the byte cap still holds, counted as this
+    process will hold the rows (sandbox.HELD_ROW_BYTES a row and HELD_VALUE_BYTES a value beyond text
+    and blob lengths), so it bounds the caller's memory and, at 64 bytes or more a row, the row count.
+    Safe from any number of threads: each call runs on a worker of its own, up to
+    workers.EXECUTE_WORKERS at once; a call beyond that waits, first come first served, for one to
+    come free, and its deadline counts from when its worker starts it.
     """
     if in_process or conn is not None:
-        return execute_here(db_path, sql, timeout_s, max_rows, max_result_bytes, conn=conn)
+        return execute_here(db_path, sql, timeout_s, max_rows, max_result_bytes, conn=conn, held=True)
     start = time.monotonic()
     task = _Task(str(db_path), "", [(0, sql)], "multiset", False, False, timeout_s, max_rows, max_result_bytes,
                  kind="rows")
     got: list = []
-    pool = workers.single_pool()
-    try:
+    with workers.POOLS.single_pool() as pool:  # a worker of this call's own (workers.EXECUTE_WORKERS at once)
         pool.run([task], lambda *_: None, lambda _idx, r: got.append(r))
-    except BaseException:
-        workers.drop_single(pool)
-        raise
     r = got[0]
     if isinstance(r, Score):  # the worker died or was stopped at the hard deadline
         return ExecResult(r.pred_status, error=r.pred_error, elapsed_s=time.monotonic() - start)
@@ -73,7 +74,8 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
     triple is marked "worker died"; one past its hard deadline is killed and that triple is a
     "timeout". A failed gold scores 0 and is counted in `gold_failures`. workers=0 means
     os.cpu_count(). `in_process=True` runs everything in this process (trusted SQL only: no hard
-    deadline, no memory bound). `max_rows` 0 means no row cap. `strict_utf8`: invalid UTF-8 text
+    deadline, no memory bound). `max_rows` 0 means no row cap. From several threads: calls with the
+    same `workers` take turns on that pool, calls with different ones run at once on pools of their own. `strict_utf8`: invalid UTF-8 text
     in a result makes that SQL an error (the official BIRD evaluators' reading) instead of U+FFFD.
     """
     if mode not in MODES:
@@ -108,12 +110,8 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
                 for msg in _run_task(task):
                     on_gold(task, *msg[1:]) if msg[0] == "gold" else on_pred(*msg[1:])
         elif tasks:
-            pool = shared_pool(workers or os.cpu_count() or 1)
-            try:
+            with POOLS.batch_pool(workers or os.cpu_count() or 1) as pool:
                 out.worker_deaths = pool.run(tasks, on_gold, on_pred)
-            except BaseException:  # e.g. Ctrl-C: workers may hold half-sent tasks, so start afresh next time
-                shutdown_pool()
-                raise
     finally:
         bar.close()
     return out

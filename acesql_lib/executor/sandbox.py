@@ -40,6 +40,12 @@ MAX_VDBE_OPS = 1_000_000  # SQLITE_LIMIT_VDBE_OP: compiled program size (a 160,0
 HARD_HEAP_BYTES = 512 << 20  # PRAGMA hard_heap_limit (SQLite's own memory, temp tables included); process-wide
 DEFAULT_RESULT_BYTES = 256_000_000  # UNKNOWN (kit): result-size cap, counted per row
 DEFAULT_MAX_ROWS = 100_000  # UNKNOWN (kit): result-row cap (0 = none; the BIRD command uses none)
+# Rows that go back to the caller (`execute`) are counted as the caller will hold them, so the byte
+# cap bounds its memory and, at HELD_ROW_BYTES or more a row, its row count: per row the tuple and
+# its slot in the list, per value its pointer and a number's object, plus each text's or blob's length.
+HELD_ROW_BYTES = 64
+HELD_VALUE_BYTES = 32
+MAX_ERROR_CHARS = 1000  # an error message is cut to this many characters (and says how long it was)
 PROGRESS_STEPS = 5000  # VM instructions between two deadline checks (well under 1 ms apart)
 CACHE_SIZE = 64  # cached connections per process (a gold and a prediction connection per database)
 
@@ -365,24 +371,36 @@ class _TooLarge(Exception):
     pass
 
 
-def _fetch(conn: SandboxConnection, sql: str, max_rows: int, max_result_bytes: int) -> tuple[list, list]:
+def truncate_message(msg: str) -> str:
+    """`msg` cut to MAX_ERROR_CHARS characters, saying how long it was (an identifier of megabytes
+    in an error never travels whole)."""
+    if len(msg) <= MAX_ERROR_CHARS:
+        return msg
+    return f"{msg[:MAX_ERROR_CHARS]}... [message cut: {len(msg)} characters]"
+
+
+def _fetch(conn: SandboxConnection, sql: str, max_rows: int, max_result_bytes: int,
+           held: bool = False) -> tuple[list, list]:
     """Rows and column names, or raise _TooLarge; both caps are checked after every row, so the
     rows held never exceed a cap by more than one row (itself bounded by MAX_VALUE_BYTES a value).
-    Size = 8 bytes a value plus the length of each str/bytes value (characters for str)."""
+    Size = 8 bytes a value plus the length of each str/bytes value (characters for str); `held`:
+    HELD_ROW_BYTES a row and HELD_VALUE_BYTES a value instead (what the caller holds)."""
     cur = conn.execute(sql)
+    per_row, per_value = (HELD_ROW_BYTES, HELD_VALUE_BYTES) if held else (0, 8)
     try:
         columns = [d[0] for d in cur.description or ()]
         rows: list[tuple] = []
         append, size, row_cap = rows.append, 0, max_rows or float("inf")
         for row in cur:
-            size += 8 * len(row)
+            size += per_row + per_value * len(row)
             for v in row:
                 if type(v) is str or type(v) is bytes:
                     size += len(v)
             append(row)
             if size > max_result_bytes:
                 rows.clear()
-                raise _TooLarge(f"result larger than about {max_result_bytes} bytes")
+                raise _TooLarge(f"result larger than about {max_result_bytes} bytes"
+                                + (" as the caller would hold it" if held else ""))
             if len(rows) > row_cap:
                 rows.clear()
                 raise _TooLarge(f"result has more than {max_rows} rows")
@@ -393,7 +411,8 @@ def _fetch(conn: SandboxConnection, sql: str, max_rows: int, max_result_bytes: i
 
 def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
                  max_result_bytes: int = DEFAULT_RESULT_BYTES, conn: SandboxConnection | None = None,
-                 deadline: float | None = None, role: str = "pred", strict_utf8: bool = False) -> ExecResult:
+                 deadline: float | None = None, role: str = "pred", strict_utf8: bool = False,
+                 held: bool = False) -> ExecResult:
     """Run one untrusted SQL statement on `db_path` (read-only) in this process and never raise.
 
     status: ok | error | timeout (deadline hit inside SQLite's VM, the query is stopped) | too_large
@@ -405,6 +424,8 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     `role` picks the cached connection ("gold" for a gold, so no prediction shares its connection).
     Text that is not valid UTF-8 is read as U+FFFD, or with `strict_utf8` is an error (as Python's
     sqlite3 without a text_factory, the official BIRD evaluators' reading).
+    `held`: the rows go back to a caller, so the byte cap counts them as it will hold them
+    (HELD_ROW_BYTES, HELD_VALUE_BYTES). Messages are cut to MAX_ERROR_CHARS characters.
     Compilation and single long function calls are NOT bounded here: see the module docstring.
     """
     if deadline is None:
@@ -412,7 +433,7 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
     start = deadline - timeout_s  # the budget's start: a phase before this call may have spent part of it
 
     def done(status: str, error: str = "", rows: list | None = None, columns: list | None = None) -> ExecResult:
-        return ExecResult(status, rows or [], error, time.monotonic() - start, columns or [])
+        return ExecResult(status, rows or [], truncate_message(error), time.monotonic() - start, columns or [])
 
     problem = check_sql(sql)
     if problem:
@@ -434,14 +455,14 @@ def execute_here(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_row
         conn.set_progress_handler(past_deadline, PROGRESS_STEPS)
         try:
             try:
-                rows, columns = _fetch(conn, sql, max_rows, max_result_bytes)
+                rows, columns = _fetch(conn, sql, max_rows, max_result_bytes, held)
             except sqlite3.OperationalError as e:
                 if "Could not decode to UTF-8" not in str(e) or hit[0] or strict_utf8:
                     raise
                 # Rare invalid UTF-8: run again decoding with U+FFFD (the default str decoder is 4x faster).
                 conn.text_factory = _DECODE_REPLACE
                 try:
-                    rows, columns = _fetch(conn, sql, max_rows, max_result_bytes)
+                    rows, columns = _fetch(conn, sql, max_rows, max_result_bytes, held)
                 finally:
                     conn.text_factory = str
             if time.monotonic() > deadline:

@@ -55,9 +55,15 @@ from ..config import Scoring
 SCORINGS = typing.get_args(Scoring)  # declared once, in config (eval.scoring)
 # What a prediction with no statement is replaced by under a rule that runs it: no rows, any width.
 EMPTY_RESULT_SQL = "SELECT 1 WHERE 0"
-# SQLite's own whitespace (sqlite3.c sqlite3Isspace), semicolons and comments: what Python's sqlite3
-# executes as no statement (`conn.execute("")`, `" "`, `";"`, `"-- x"` all return no rows).
-_BLANK = re.compile(r"(?:[ \t\n\f\r;]|--[^\n]*(?:\n|\Z)|/\*.*?(?:\*/|\Z))*", re.DOTALL)
+# SQLite's tokenizer (tokenize.c) on what separates statements: whitespace is exactly space, \t, \n,
+# \f and \r; `--` runs to the end of its line and `/*` to the first `*/` (or the end of the text);
+# a string ('...', '' inside) or a quoted identifier ("...", `...`, [...]) hides what it holds; `;`
+# ends a statement, and one with no token between two ends is empty. Python's sqlite3
+# (`cursor.execute`, what every released evaluator calls on the raw predicted text) prepares the
+# first non-empty statement, skipping empty ones before it, and runs nothing when there is none.
+_SEPARATOR_TOKEN = re.compile(r"""(?P<skip>[ \t\n\f\r;]+|--[^\n]*|/\*.*?(?:\*/|\Z))"""
+                              r"""|'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`[^`]*(?:`|\Z)|\[[^\]]*(?:\]|\Z)"""
+                              r"""|[^ \t\n\f\r;'"`\[\-/]+|.""", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -96,8 +102,11 @@ def rule(name: str) -> ScoringRule:
 
 def has_no_statement(sql: object) -> bool:
     """True when Python's sqlite3 would execute `sql` as no statement at all (no rows, no error):
-    only SQLite whitespace, semicolons and comments."""
-    return isinstance(sql, str) and _BLANK.fullmatch(sql) is not None
+    nothing but SQLite whitespace, semicolons and comments, read token by token as SQLite reads
+    them, so a comment never hides the statement after it (`/* note */ SELECT 1` has one)."""
+    if not isinstance(sql, str):
+        return False
+    return all(m.lastgroup == "skip" for m in _SEPARATOR_TOKEN.finditer(sql))
 
 
 def sql_to_run(sql: str, scoring: ScoringRule) -> str:

@@ -86,10 +86,10 @@ def _execute(task: _Task, sql: str, deadline: float, probe_width: int | None = N
     if probe_width is not None:
         got = result_width(task.db_path, sql)
         if got is not None and got != probe_width:
-            return ExecResult("wrong_shape", error=f"returns {got} column(s), the gold's rows have {probe_width}: "
-                                                   "cannot match, so it was compiled but not run")
+            return ExecResult("wrong_shape", error=f"returns {got} column(s), not as many as the gold: cannot "
+                                                   "match, so it was compiled but not run")
     return execute_here(task.db_path, sql, task.timeout_s, task.max_rows, task.max_result_bytes, deadline=deadline,
-                        role=role, strict_utf8=task.strict_utf8)
+                        role=role, strict_utf8=task.strict_utf8, held=task.kind == "rows")
 
 
 def _timed_execute(task: _Task, sql: str, clock: _Clock, role: str = "pred") -> ExecResult:

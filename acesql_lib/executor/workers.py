@@ -213,58 +213,67 @@ class _Pool:
         return out
 
     def run(self, tasks: list[_Task], on_gold, on_pred) -> int:
-        """Run every task, calling on_gold(task, status, error) and on_pred(index, Score); returns deaths."""
-        from multiprocessing.connection import wait
+        """Run every task, calling on_gold(task, status, error) and on_pred(index, Score); returns deaths.
+        One call at a time per pool (others wait for the lock); a call that raises (Ctrl-C, a pool that
+        cannot start) stops the workers before it lets go of them, as they may hold its half-sent tasks."""
         with self.lock:
-            queue, deaths = deque(tasks), 0
-            while queue or any(w is not None and w.busy for w in self.workers):
-                for i, w in enumerate(self.workers):
-                    if w is None and queue:  # a slot emptied by a kill: refilled when there is work for it
-                        w = self.workers[i] = _Worker(self.ctx)
-                    while w is not None and queue and len(w.tasks) < QUEUE_DEPTH:
-                        w.assign(queue.popleft())
-                busy = [w for w in self.workers if w is not None and w.busy]
-                now = time.monotonic()
-                # wake up in time for the nearest hard deadline
-                nap = min([0.5] + [-w.overrun(now) for w in busy if w.clock[0]])
-                wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=max(nap, 0.005))
-                for w in busy:
-                    dead = not w.proc.is_alive()  # checked before draining: nothing sent after it is missed
-                    dead = not self._drain(w, on_gold, on_pred) or dead
-                    if w.answered:
-                        self.startup_deaths = 0
-                    if not w.busy:
-                        continue
-                    backstop = 2 * max(t.timeout_s for t in w.tasks.values()) + 5
-                    status = "error"
-                    if dead:
-                        reason = "worker died"
-                    elif w.overrun(time.monotonic()) > 0:
-                        limit = w.clock[1]
-                        w.proc.kill()
-                        w.proc.join(timeout=5)
-                        status, reason = "timeout", (f"timeout: still running at the hard deadline ({limit:g} s), "
-                                                     "so the worker was stopped (a compile or one function call "
-                                                     "that SQLite cannot interrupt, or the comparison of results)")
-                    elif time.monotonic() - w.last_seen > backstop:
-                        w.proc.kill()
-                        w.proc.join(timeout=5)
-                        reason = f"worker killed: no answer within {backstop:g} s"
-                    else:
-                        continue
-                    deaths += 1
-                    if w.cursor.value == 0 and w.answered == 0:  # gone before it started anything
-                        self.startup_deaths += 1
-                        if self.startup_deaths >= STARTUP_DEATHS:
-                            w.proc.join(timeout=1)
-                            raise WorkerStartupError(_startup_message(self.startup_deaths, w.proc.exitcode,
-                                                                      self.ctx.get_start_method()))
-                    else:
-                        self.startup_deaths = 0
-                    queue.extendleft(reversed(self._salvage(w, status, reason, on_gold, on_pred)))
-                    w.conn.close()
-                    self.workers[self.workers.index(w)] = None  # replaced lazily: the answer is not held up
-            return deaths
+            try:
+                return self._run(tasks, on_gold, on_pred)
+            except BaseException:
+                self._stop_workers()
+                raise
+
+    def _run(self, tasks: list[_Task], on_gold, on_pred) -> int:
+        from multiprocessing.connection import wait
+        queue, deaths = deque(tasks), 0
+        while queue or any(w is not None and w.busy for w in self.workers):
+            for i, w in enumerate(self.workers):
+                if w is None and queue:  # a slot emptied by a kill: refilled when there is work for it
+                    w = self.workers[i] = _Worker(self.ctx)
+                while w is not None and queue and len(w.tasks) < QUEUE_DEPTH:
+                    w.assign(queue.popleft())
+            busy = [w for w in self.workers if w is not None and w.busy]
+            now = time.monotonic()
+            # wake up in time for the nearest hard deadline
+            nap = min([0.5] + [-w.overrun(now) for w in busy if w.clock[0]])
+            wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=max(nap, 0.005))
+            for w in busy:
+                dead = not w.proc.is_alive()  # checked before draining: nothing sent after it is missed
+                dead = not self._drain(w, on_gold, on_pred) or dead
+                if w.answered:
+                    self.startup_deaths = 0
+                if not w.busy:
+                    continue
+                backstop = 2 * max(t.timeout_s for t in w.tasks.values()) + 5
+                status = "error"
+                if dead:
+                    reason = "worker died"
+                elif w.overrun(time.monotonic()) > 0:
+                    limit = w.clock[1]
+                    w.proc.kill()
+                    w.proc.join(timeout=5)
+                    status, reason = "timeout", (f"timeout: still running at the hard deadline ({limit:g} s), "
+                                                 "so the worker was stopped (a compile or one function call "
+                                                 "that SQLite cannot interrupt, or the comparison of results)")
+                elif time.monotonic() - w.last_seen > backstop:
+                    w.proc.kill()
+                    w.proc.join(timeout=5)
+                    reason = f"worker killed: no answer within {backstop:g} s"
+                else:
+                    continue
+                deaths += 1
+                if w.cursor.value == 0 and w.answered == 0:  # gone before it started anything
+                    self.startup_deaths += 1
+                    if self.startup_deaths >= STARTUP_DEATHS:
+                        w.proc.join(timeout=1)
+                        raise WorkerStartupError(_startup_message(self.startup_deaths, w.proc.exitcode,
+                                                                  self.ctx.get_start_method()))
+                else:
+                    self.startup_deaths = 0
+                queue.extendleft(reversed(self._salvage(w, status, reason, on_gold, on_pred)))
+                w.conn.close()
+                self.workers[self.workers.index(w)] = None  # replaced lazily: the answer is not held up
+        return deaths
 
     @staticmethod
     def _drain(w: _Worker, on_gold, on_pred) -> bool:
@@ -311,51 +320,159 @@ class _Pool:
         w.pending.clear()
         return rest
 
-    def shutdown(self) -> None:
+    def _stop_workers(self) -> None:
         for w in self.workers:
             if w is not None:
                 w.stop()
-        self.workers = []
+        self.workers = [None] * len(self.workers)
+
+    def shutdown(self, wait_s: float | None = None) -> None:
+        """Stop the workers once no call runs on them; with `wait_s`, wait at most that long for a call
+        to end and leave a pool still in use as it is. The pool keeps its size: a later `run` starts
+        fresh workers."""
+        if not self.lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            return
+        try:
+            self._stop_workers()
+        finally:
+            self.lock.release()
 
 
-_POOL: _Pool | None = None  # score_batch's workers
-_SINGLE: _Pool | None = None  # execute()'s worker, apart so a batch's pool size never thrashes it
-_SINGLE_LOCK = threading.Lock()
+EXECUTE_WORKERS = 8  # execute() calls that run at once, each on a worker of its own; more wait their turn
+
+
+class _Pools:
+    """Every pool of this process, safe to use from any number of threads.
+
+    score_batch: one pool per pool size, kept between calls; calls with the same size take turns on
+    it (first come, first served), calls with different sizes run at once on their own pools; a
+    pool no call is using is stopped when a call asks for another size (at most one idle size is
+    kept warm). execute(): one-worker pools, one per call running, up to EXECUTE_WORKERS; a call
+    beyond that waits, first come first served, for one to come free (its deadline counts from
+    when its worker starts it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batch: dict[int, _Pool] = {}
+        self.users: dict[int, int] = {}  # pool size -> score_batch calls holding it now
+        self.free: list[_Pool] = []  # idle one-worker pools for execute()
+        self.singles = 0  # one-worker pools in existence (idle or in use)
+        self.waiting: deque[list] = deque()  # [event, pool] per execute() call waiting its turn
+        self.last_batch: _Pool | None = None  # inspected by tests and benchmarks
+        self.last_single: _Pool | None = None
+
+    @contextlib.contextmanager
+    def batch_pool(self, n_workers: int):
+        with self.lock:
+            pool = self.batch.get(n_workers)
+            if pool is None:
+                for size, idle in list(self.batch.items()):
+                    if not self.users.get(size):
+                        del self.batch[size]
+                        idle.shutdown(wait_s=0)
+                pool = self.batch[n_workers] = _Pool(n_workers)
+            self.users[n_workers] = self.users.get(n_workers, 0) + 1
+            self.last_batch = pool
+        try:
+            yield pool
+        finally:
+            with self.lock:
+                self.users[n_workers] -= 1
+
+    @contextlib.contextmanager
+    def single_pool(self):
+        ticket = None
+        with self.lock:
+            if self.free:
+                pool = self.free.pop()
+            elif self.singles < EXECUTE_WORKERS:
+                self.singles += 1
+                pool = None
+            else:
+                ticket = [threading.Event(), None]
+                self.waiting.append(ticket)
+        if ticket is not None:
+            try:
+                ticket[0].wait()
+            except BaseException:
+                self._leave_queue(ticket)
+                raise
+            pool = ticket[1]
+        if pool is None:  # a slot of our own: start its worker outside the lock
+            try:
+                pool = _Pool(1)
+            except BaseException:
+                self._give_up_slot()
+                raise
+        self.last_single = pool
+        try:
+            yield pool
+        finally:  # after a call that raised, its pool's worker is stopped (run) and starts afresh when used
+            self._hand_on(pool)
+
+    def _hand_on(self, pool: _Pool) -> None:
+        """A free one-worker pool goes to the first caller waiting, else back to the free list."""
+        with self.lock:
+            if self.waiting:
+                ticket = self.waiting.popleft()
+                ticket[1] = pool
+                ticket[0].set()
+            else:
+                self.free.append(pool)
+
+    def _give_up_slot(self) -> None:
+        """A slot whose pool is gone: the first caller waiting starts a pool in it."""
+        with self.lock:
+            if self.waiting:
+                ticket = self.waiting.popleft()
+                ticket[1] = None
+                ticket[0].set()
+            else:
+                self.singles -= 1
+
+    def _leave_queue(self, ticket: list) -> None:
+        with self.lock:
+            if ticket in self.waiting:
+                self.waiting.remove(ticket)
+                return
+        # handed a turn while leaving: pass it on
+        if ticket[1] is not None:
+            self._hand_on(ticket[1])
+        else:
+            self._give_up_slot()
+
+    def shutdown(self, wait_s: float | None = None) -> None:
+        with self.lock:
+            batch, free = list(self.batch.values()), self.free
+            self.batch, self.free = {}, []
+            self.singles -= len(free)
+            self.last_batch = self.last_single = None
+        for pool in batch + free:
+            pool.shutdown(wait_s)
+
+
+POOLS = _Pools()
 
 
 def shared_pool(n_workers: int) -> _Pool:
-    """The process-wide worker pool, kept between calls so connections and gold caches stay warm."""
-    global _POOL
-    if _POOL is None or len(_POOL.workers) != n_workers:
-        shutdown_pool()
-        _POOL = _Pool(n_workers)
-    return _POOL
+    """The process-wide score_batch pool of this size, kept between calls so connections and gold
+    caches stay warm (a call holding it runs with `POOLS.batch_pool`)."""
+    with POOLS.batch_pool(n_workers) as pool:
+        return pool
 
 
-def shutdown_pool() -> None:
-    global _POOL, _SINGLE
-    for pool in (_POOL, _SINGLE):
-        if pool is not None:
-            pool.shutdown()
-    _POOL = _SINGLE = None
+def shutdown_pool(wait_s: float | None = None) -> None:
+    """Stop the workers of every pool of this process: a batch pool that a call in another thread
+    is using once that call ends (or after `wait_s`); an execute() worker in use is kept."""
+    POOLS.shutdown(wait_s)
 
 
-def single_pool() -> _Pool:
-    """execute()'s one-worker pool, created on first use."""
-    global _SINGLE
-    with _SINGLE_LOCK:
-        if _SINGLE is None:
-            _SINGLE = _Pool(1)
-        return _SINGLE
+def __getattr__(name: str):
+    if name == "_POOL":  # the batch pool used last (tests and the benchmark inspect it)
+        return POOLS.last_batch
+    if name == "_SINGLE":  # the execute() pool used last
+        return POOLS.last_single
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def drop_single(pool: _Pool) -> None:
-    """Shut down execute()'s pool after an interrupted call (it may hold a half-sent task)."""
-    global _SINGLE
-    with _SINGLE_LOCK:
-        if _SINGLE is pool:
-            pool.shutdown()
-            _SINGLE = None
-
-
-atexit.register(shutdown_pool)
+atexit.register(shutdown_pool, 5.0)
