@@ -201,6 +201,10 @@ class NonFiniteLoss(FloatingPointError):
     pass
 
 
+class StopRequested(Exception):
+    """A SIGTERM reached the run during a step's rollouts; the step was given up (`JointGRPO.step`)."""
+
+
 class JointGRPO:
     def __init__(self, cfg: Config, policy: torch.nn.Module, reference: torch.nn.Module | None, tokenizer: Any,
                  engine: Any, tasks: Sequence[Task], pool: ColumnSetPool, out_dir: str | Path,
@@ -260,9 +264,15 @@ class JointGRPO:
         return self.acc.unwrap_model(self.model)
 
     def step(self) -> StepReport:
-        """One GRPO step: rollouts on this rank's share of the batch, then the update."""
+        """One GRPO step: rollouts on this rank's share of the batch, then the update. A SIGTERM seen by any rank
+        during the rollouts gives the step up before its update (`StopRequested`): the data cursor goes back, and
+        the run's state is the last finished step's, so a stop loses at most this step."""
         t0 = time.perf_counter()
+        cursor = (self.state.epoch, self.state.position)
         rolls = self.collect()
+        if _any_rank(self.acc, self._stop_requested):  # every rank decides together (a collective)
+            self.state.epoch, self.state.position = cursor
+            raise StopRequested(self.state.step)
         return self.update(rolls, t0)
 
     def collect(self) -> list[QuestionRollout]:
@@ -481,6 +491,11 @@ class JointGRPO:
             return ckpt.save(self.out, self.state, self.acc, self.model, self.optimizer, self.scheduler, self.pool,
                              self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
 
+    def _save_at_stop(self) -> None:
+        """The last finished step's checkpoint, unless it is written already (or no step has finished)."""
+        if self.state.step > 0 and not (self.out / f"checkpoint-{self.state.step}" / ckpt.MARKER).exists():
+            self.save_checkpoint()
+
     def resume(self) -> bool:
         found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
         if found is None:
@@ -573,7 +588,12 @@ class JointGRPO:
         self.validate_start()
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
-                report = self.step()
+                try:
+                    report = self.step()
+                except StopRequested:
+                    self._save_at_stop()
+                    raise SystemExit(f"SIGTERM: the step in progress given up; checkpoint of step "
+                                     f"{self.state.step} in {self.out}") from None
                 stop = self.record(report)
                 m = report.metrics
                 bar.update(1)

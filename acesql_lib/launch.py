@@ -1,7 +1,11 @@
 """The paper's `accelerate launch` files, and their CPU rehearsal from the same files.
 
-    accelerate launch --config_file configs/accelerate/fsdp.yaml -m acesql_lib.grpo --config paper   # 4 GPUs
+    python -m acesql_lib.launch configs/accelerate/fsdp.yaml -m acesql_lib.grpo --config paper        # 4 GPUs
     python -m acesql_lib.launch --cpu configs/accelerate/fsdp.yaml -m acesql_lib.grpo --config rehearsal
+
+The first is `accelerate launch --config_file configs/accelerate/fsdp.yaml -m acesql_lib.grpo --config paper`
+with torchrun's shutdown timeout raised (`launch_env`): a stopped run (SIGTERM to the launcher, as a scheduler
+sends it) then has the time to write its checkpoint before torchrun's SIGKILL.
 
 A GPU box runs the launch files as they are. The rehearsal on CPU runs the same file with only the keys a
 CPU cannot honour replaced (`cpu_overrides`, also listed in each file's comments), written to a temporary
@@ -22,6 +26,18 @@ from typing import Any
 import yaml
 
 CPU_PROCESSES = 2  # one process per core of a 2-core machine; the launch files name 4 (one per GPU)
+# Seconds torchrun gives its workers between a SIGTERM and a SIGKILL (its default: 30). A GRPO rank that is
+# stopped gives up the step in progress after its rollouts and writes the last finished step's checkpoint
+# (grpo.JointGRPO.step); at the paper's sizes the rollouts take up to about 3 minutes and a sharded checkpoint
+# of the fp32 policy with Adam's moments (about 24 GB a rank on 4 GPUs) a few more.
+SHUTDOWN_TIMEOUT_S = 600
+
+
+def launch_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a launch: torchrun's shutdown timeout set to `SHUTDOWN_TIMEOUT_S` unless given."""
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", str(SHUTDOWN_TIMEOUT_S))
+    return env
 
 
 def cpu_overrides(launch: dict[str, Any], processes: int = CPU_PROCESSES) -> dict[str, Any]:
@@ -77,10 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("target", nargs=argparse.REMAINDER, help="what accelerate launch runs: -m MODULE ARGS...")
     args = ap.parse_args(argv)
     if not args.cpu:
-        return subprocess.call(command(args.config, args.target, args.main_process_port))
+        return subprocess.call(command(args.config, args.target, args.main_process_port), env=launch_env())
     with tempfile.TemporaryDirectory(prefix="acesql-launch-") as tmp:
         config = cpu_launch_config(args.config, tmp, args.processes)
-        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+        env = launch_env({"HF_HUB_OFFLINE": "1", **os.environ})
         return subprocess.call(command(config, args.target, args.main_process_port), env=env)
 
 
