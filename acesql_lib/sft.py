@@ -15,6 +15,8 @@ LoRA through PEFT is the kit's option for small GPUs. Without CUDA the trainer r
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -79,10 +81,12 @@ class _JsonlLog(TrainerCallback):
     """Appends every trainer log record (loss per logging step) to output_dir/sft_log.jsonl."""
 
     def __init__(self, path: Path, eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None, eval_every: int,
-                 evals: list[dict[str, Any]]):
+                 evals: list[dict[str, Any]], resumed_step: int = 0):
         self.path, self.eval_fn, self.eval_every, self.evals = path, eval_fn, eval_every, evals
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("")
+        kept = [ln for ln in (path.read_text().splitlines() if resumed_step and path.exists() else [])
+                if ln.strip() and _logged_step(ln) <= resumed_step]  # what the resumed checkpoint had logged
+        path.write_text("".join(ln + "\n" for ln in kept))
 
     def _write(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as f:
@@ -203,6 +207,42 @@ def _trainer_class():
     return LengthSplitSFTTrainer
 
 
+def _logged_step(line: str) -> int:
+    """The step of a log line (an eval line: its evaluation's step); a line that does not parse sorts last."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return 1 << 62
+    return int((record.get("eval") or record).get("step", 1 << 62))
+
+
+RUN_SETTINGS = "sft_run_settings.json"
+
+
+def resumable_checkpoint(output_dir: Path, settings: dict[str, Any]) -> Path | None:
+    """The last checkpoint in `output_dir` of a run started with the same `settings`, or None. Checkpoints of a
+    run with other settings are moved aside to `retired-<n>/` (never resumed, never deleted); the settings are
+    then written for this run."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    record = output_dir / RUN_SETTINGS
+    text = json.dumps(settings, sort_keys=True, default=str)
+    stale = record.exists() and record.read_text() != text
+    found = [p for p in output_dir.glob("checkpoint-*") if p.is_dir()]
+    if found and (stale or not record.exists()):
+        n = 1 + max((int(p.name.split("-")[1]) for p in output_dir.glob("retired-*") if p.name.split("-")[1].isdigit()),
+                    default=0)
+        aside = output_dir / f"retired-{n}"
+        aside.mkdir()
+        for p in found:
+            p.rename(aside / p.name)
+        print(f"[sft] checkpoints of a run with other settings moved to {aside}")
+    record.write_text(text)
+    last = get_last_checkpoint(str(output_dir))
+    return Path(last) if last else None
+
+
 def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
                group_by_length: bool = False, completion_only: bool = True):
     """TRL `SFTConfig` from the kit's `SFTConfig`; CPU settings (float32, no bf16) when there is no CUDA.
@@ -298,8 +338,21 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
     if lora is not None and not hasattr(model, "peft_config"):
         model = apply_lora(model, lora)
     evals: list[dict[str, Any]] = []
+    settings = {"sft": dataclasses.asdict(cfg), "max_steps": max_steps, "seed": seed, "lora": lora,
+                "group_by_length": group_by_length, "completion_only": completion_only,
+                "samples": hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest(),
+                "model": getattr(getattr(model, "config", None), "_name_or_path", None)}
+    resume = None
+    if cfg.save_steps > 0:
+        from accelerate import PartialState
+
+        with PartialState(cpu=not torch.cuda.is_available()).main_process_first():  # one process moves files
+            resume = resumable_checkpoint(output_dir, settings)
+    resumed_step = int(resume.name.split("-")[1]) if resume else 0
     trainer = make_trainer(model, tokenizer, rows, cfg, output_dir, max_steps, seed, group_by_length, completion_only,
-                           [_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals)], desc)
+                           [_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals, resumed_step)], desc)
+    if resume:
+        print(f"[sft] resuming from {resume} (step {resumed_step})", flush=True)
     # TRL has already cut sequences to max_length (and dropped any left with no completion token),
     # so a sequence at exactly the cutoff is counted as cut.
     kept = trainer.train_dataset["input_ids"]
@@ -307,7 +360,7 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
     if n_too_long:
         print(f"[sft] {n_too_long} of {len(rows)} samples reach max_length={cfg.max_length}: truncated or dropped")
     start = time.perf_counter()
-    out = trainer.train()
+    out = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     seconds = time.perf_counter() - start
     loss = float(out.training_loss) if out.training_loss is not None else math.nan
     result = SFTResult(list(trainer.state.log_history), loss, int(trainer.state.global_step), seconds,

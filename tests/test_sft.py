@@ -335,3 +335,71 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     assert key_on["code"] == code_hash(*BUILD_MODULES, "filtering") and key_off["code"] == code_hash(*BUILD_MODULES)
     assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,
                          world)["filtering"] != key_on["filtering"]
+
+
+def _sft_command(tmp_path, tokenizer) -> tuple[list[str], "Path"]:
+    """`python -m acesql_lib.sft` (the launched entry point, one process) on a saved tiny model, 8 steps, a
+    checkpoint every 2."""
+    import sys
+    from pathlib import Path
+
+    from acesql_lib.models import save_tiny
+
+    model_dir = save_tiny(tiny_model(tokenizer), tokenizer, tmp_path / "base")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(s) + "\n" for s in SAMPLES * 4))
+    config = tmp_path / "sft.yaml"
+    config.write_text("inherits: tiny\nsft:\n  save_steps: 2\n  logging_steps: 1\n  max_length: 256\n"
+                      "  per_device_batch_size: 4\n  gradient_accumulation_steps: 1\n  learning_rate: 0.01\n"
+                      "  warmup_ratio: 0.0\n  report_to: none\nmodel:\n  lora: false\n")
+    return [sys.executable, "-m", "acesql_lib.sft", "--config", str(config), "--samples", str(samples),
+            "--model", str(model_dir), "--max-steps", "8", "--output"], Path(tmp_path)
+
+
+def _losses(folder) -> list[tuple[int, float]]:
+    return [(r["step"], r["loss"]) for r in map(json.loads, (folder / LOG_NAME).read_text().splitlines())
+            if "loss" in r]
+
+
+def test_a_killed_sft_run_rerun_resumes_from_its_last_checkpoint_and_equals_the_straight_run(tokenizer, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from safetensors.torch import load_file
+
+    cmd, root = _sft_command(tmp_path, tokenizer)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    straight, stopped = root / "straight", root / "stopped"
+    done = subprocess.run(cmd + [str(straight)], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    proc = subprocess.Popen(cmd + [str(stopped)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    marker, deadline = stopped / "checkpoint-4" / "trainer_state.json", time.time() + 300
+    while not marker.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before its checkpoint at step 4"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list(stopped.glob("*.safetensors"))  # no final model: the run did not finish
+    again = subprocess.run(cmd + [str(stopped)], capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[sft] resuming from" in again.stdout
+    want, got = _losses(straight), _losses(stopped)
+    assert [s for s, _ in got] == list(range(1, 9))  # each step logged once: the log appended, not restarted
+    assert [loss for _, loss in got] == pytest.approx([loss for _, loss in want], rel=1e-6)
+    a = {k: v for f in straight.glob("*.safetensors") for k, v in load_file(str(f)).items()}
+    b = {k: v for f in stopped.glob("*.safetensors") for k, v in load_file(str(f)).items()}
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_checkpoints_of_a_run_with_other_settings_are_moved_aside_not_resumed(tmp_path):
+    from acesql_lib.sft import resumable_checkpoint
+
+    (tmp_path / "checkpoint-4").mkdir()
+    assert resumable_checkpoint(tmp_path, {"lr": 1}) is None  # no record of what wrote it: not resumed
+    assert (tmp_path / "retired-1" / "checkpoint-4").is_dir()
+    (tmp_path / "checkpoint-2").mkdir()
+    assert resumable_checkpoint(tmp_path, {"lr": 1}) == tmp_path / "checkpoint-2"  # same settings: resumed
+    assert resumable_checkpoint(tmp_path, {"lr": 2}) is None
+    assert (tmp_path / "retired-2" / "checkpoint-2").is_dir()
