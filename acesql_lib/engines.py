@@ -582,32 +582,63 @@ def gqa_attention(model: torch.nn.Module, enabled: bool = True) -> Iterator[None
 def policy_weights(model: torch.nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
     """The policy's weights under the checkpoint (HF) names vLLM's `load_weights` expects.
 
-    A PEFT model has its adapters merged for the duration (TRL's recipe): the base-layer names lose
-    their PEFT prefixes and the adapter tensors themselves are skipped. Under FSDP2 each parameter is a
-    DTensor holding this rank's shard: it is gathered to the full tensor one parameter at a time (a
-    collective, so every rank syncs its engine at the same point), which bounds the extra memory to the
-    largest parameter, as verl's and TRL's syncs do.
+    A PEFT model hands each adapted layer's weight with its adapters added, computed into a fresh tensor
+    (`lora_merged_weight`): the frozen base weights are never written, so a long run's syncs leave them
+    bit for bit as loaded (merging into bf16 weights and unmerging again rounds twice per sync and drifts).
+    The base-layer names lose their PEFT prefixes and the adapter tensors themselves are skipped. Under
+    FSDP2 each parameter is a DTensor holding this rank's shard: it is gathered to the full tensor one
+    parameter at a time (a collective, so every rank syncs its engine at the same point), which bounds the
+    extra memory to the largest parameter, as verl's and TRL's syncs do.
     """
+    is_peft = hasattr(model, "peft_config")
+    adapted = _lora_layers(model) if is_peft else {}
+
+    def named() -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in model.state_dict().items():
+            if is_peft:
+                if "lora_" in name or "original_module" in name:
+                    continue
+                layer = adapted.get(name.removesuffix(".base_layer.weight")) if name.endswith(".base_layer.weight") else None
+                name = name.removeprefix("base_model.model.").replace(".base_layer", "")
+                name = name.replace("modules_to_save.default.", "")
+                if layer is not None:
+                    yield name, lora_merged_weight(layer)
+                    continue
+            yield name, _full(tensor).detach()
+
+    yield named()
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
-    is_peft = hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
-    if is_peft:
-        model.merge_adapter()
-    try:
-        def named() -> Iterator[tuple[str, torch.Tensor]]:
-            for name, tensor in model.state_dict().items():
-                if is_peft:
-                    if "lora_" in name or "original_module" in name:
-                        continue
-                    name = name.removeprefix("base_model.model.").replace(".base_layer", "")
-                    name = name.replace("modules_to_save.default.", "")
-                if isinstance(tensor, DTensor):
-                    tensor = tensor.full_tensor()
-                yield name, tensor.detach()
-        yield named()
-    finally:
-        if is_peft:
-            model.unmerge_adapter()
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+def _lora_layers(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """{state-dict prefix: LoRA layer} of a PEFT model's adapted layers."""
+    from peft.tuners.lora import LoraLayer
+
+    return {name: module for name, module in model.named_modules() if isinstance(module, LoraLayer)}
+
+
+def lora_merged_weight(layer: torch.nn.Module) -> torch.Tensor:
+    """A LoRA layer's base weight with its active, unmerged adapters added (scaling * B @ A, transposed for
+    fan-in-fan-out layers), summed in fp32 and rounded once to the base weight's dtype, in a new tensor."""
+    base = _full(layer.get_base_layer().weight).detach()
+    total = base.float()
+    if getattr(layer, "merged", False):
+        return base.clone()
+    for adapter in layer.active_adapters:
+        if adapter not in layer.lora_A:
+            continue
+        if getattr(layer, "use_dora", {}).get(adapter, False):
+            raise NotImplementedError("DoRA adapters: the engine sync adds plain LoRA deltas only")
+        a = _full(layer.lora_A[adapter].weight).detach().float()
+        b = _full(layer.lora_B[adapter].weight).detach().float()
+        delta = (b @ a) * layer.scaling[adapter]
+        total = total + (delta.T if getattr(layer, "fan_in_fan_out", False) else delta)
+    return total.to(base.dtype)
 
 
 def launched_world() -> tuple[int, int, int] | None:

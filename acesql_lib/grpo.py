@@ -424,8 +424,7 @@ class JointGRPO:
             with self._accumulating(last=k == len(micro) - 1), torch.set_grad_enabled(weight > 0):
                 logp = logprobs(self.model)
                 with torch.no_grad():
-                    ref_logp = (logprobs(self.reference) if self.reference is not None and g.kl_coef > 0
-                                else logp.detach())
+                    ref_logp = self._reference_logprobs(logprobs, logp)
                 adv = batch.advantages[rows].to(dev).unsqueeze(1)
                 tok_loss, kl, clipped = ppo_token_loss(logp, logp.detach(), ref_logp, adv, g.clip_eps, g.dual_clip,
                                                        g.kl_coef, g.kl_clamp)
@@ -438,6 +437,20 @@ class JointGRPO:
         if weight <= 0:  # forward passes without a backward: FSDP2 units that keep their gathered weights
             reshard(self.model)  # after forward (accelerate's embedding and head unit) give them back here
         return sums
+
+    def _reference_logprobs(self, logprobs: Callable[[torch.nn.Module], torch.Tensor], logp: torch.Tensor
+                            ) -> torch.Tensor:
+        """The KL term's reference log-probabilities (§4 step 8): the frozen reference model's; under LoRA without
+        a reference model of its own, the policy with its adapters switched off (the same frozen SFT weights,
+        no second copy); the policy's own (no KL) when `grpo.kl_coef` is 0."""
+        if self.g.kl_coef <= 0:
+            return logp.detach()
+        if self.reference is not None:
+            return logprobs(self.reference)
+        if ckpt.is_peft(self.unwrapped):
+            with self.unwrapped.disable_adapter():
+                return logprobs(self.unwrapped)
+        return logp.detach()
 
     def _accumulating(self, last: bool) -> Any:
         """Gradient sync held back until a role's last micro-batch under DDP (each rank keeps its whole gradient
@@ -838,8 +851,11 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     lora = LoraSpec.from_config(cfg.model)
     if lora is not None:  # model.lora: only fresh adapters on the (merged) SFT model train, as in SFT
         policy = apply_lora(policy, lora)
+    # the KL reference: its own frozen copy, but under LoRA starting from the SFT model, whose frozen base with
+    # the adapters switched off is that model already (JointGRPO._reference_logprobs)
+    own_reference = cfg.grpo.kl_coef > 0 and (lora is None or bool(cfg.grpo.reference_model))
     ref_path = cfg.grpo.reference_model or str(paths.sft_model)
-    reference = load_reference(ref_path, dtype=cfg.model.dtype, device=device)[0] if cfg.grpo.kl_coef > 0 else None
+    reference = load_reference(ref_path, dtype=cfg.model.dtype, device=device)[0] if own_reference else None
     tasks, val_tasks = load_rl_tasks(cfg, paths)
     tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     pool = initial_pool(cfg, paths, [*tasks, *val_tasks])  # grpo.pool_init; the authors' pool with their data

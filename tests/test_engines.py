@@ -555,3 +555,30 @@ def test_decoding_runs_at_the_decode_threads_and_keeps_the_tokens(trained, promp
     finally:
         hook.remove()
         torch.set_num_threads(before)
+
+
+def test_syncing_a_lora_policy_adds_the_adapters_into_new_tensors_and_never_moves_the_frozen_base(trained):
+    """50 syncs of a bf16 base with non-zero adapters: every weight handed over is base + scaling * B @ A summed in
+    fp32 and rounded once, and the frozen base stays bit for bit as loaded (merging into bf16 and unmerging
+    again would round twice per sync)."""
+    _, tokenizer = trained
+    fresh = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=128, max_position=256).to(torch.bfloat16)
+    peft_model = apply_lora(fresh, LoraSpec(r=4, alpha=8, dropout=0.0))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    frozen = {n: p.detach().clone() for n, p in peft_model.named_parameters() if "lora_" not in n}
+    q = peft_model.base_model.model.model.layers[0].self_attn.q_proj
+    expected_q = (q.base_layer.weight.float() + q.scaling["default"] * q.lora_B["default"].weight.float()
+                  @ q.lora_A["default"].weight.float()).to(torch.bfloat16)
+    for _ in range(50):
+        with policy_weights(peft_model) as weights:
+            handed = {n: t.clone() for n, t in weights}
+    assert all(torch.equal(frozen[n], p) for n, p in peft_model.named_parameters() if "lora_" not in n)
+    assert torch.equal(handed["model.layers.0.self_attn.q_proj.weight"], expected_q)
+    assert not torch.equal(handed["model.layers.0.self_attn.q_proj.weight"], q.base_layer.weight)
+    plain = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
+                             intermediate_size=128, max_position=256)
+    assert set(handed) == set(plain.state_dict())  # the checkpoint names, no adapter tensors

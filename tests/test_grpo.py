@@ -617,3 +617,31 @@ def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(rl_
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 1, "grpo.sql_whitespace": "collapse"}))
     build_trainer(ctx.cfg, ctx.paths, progress=False).train()
     assert len(seen) >= 2 and set(seen) == {"collapse"}  # validation before and after the step, and the step
+
+
+def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(rl_template, tmp_path):
+    """model.lora starting from the SFT model: no second model is loaded; the KL reference's log-probabilities
+    are the SFT model's (the policy with its adapters disabled), while the policy's own differ once the adapters
+    are non-zero."""
+    from acesql_lib.grpo import _pad_batch, completion_logprobs
+    from acesql_lib.models import load_reference
+
+    run = fresh_run(rl_template, tmp_path, "lora_ref")
+    over = rl_overrides(run, **{"model.lora": True, "model.lora_r": 4, "model.lora_alpha": 8,
+                                "model.lora_dropout": 0.0, "grpo.reference_model": ""})
+    ctx = RunContext.create("tiny", over)
+    trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
+    assert trainer.reference is None and ctx.cfg.grpo.kl_coef > 0
+    with torch.no_grad():
+        for name, p in trainer.unwrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    ids, attn, pos, _, c_len = _pad_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14, 15, 16, 17]],
+                                          trainer.tokenizer.pad_token_id, torch.device("cpu"))
+    fn = lambda model: completion_logprobs(model, ids, attn, pos, c_len)  # noqa: E731
+    with torch.no_grad():
+        policy = fn(trainer.unwrapped)
+        ref = trainer._reference_logprobs(fn, policy)
+        sft = fn(load_reference(str(ctx.paths.sft_model), dtype=ctx.cfg.model.dtype, device="cpu")[0])
+    assert torch.equal(ref, sft)
+    assert not torch.allclose(policy, sft)
