@@ -39,7 +39,7 @@ from .progress import tqdm
 from . import checkpoint as ckpt
 from .config import AuthorsOrKit, Config
 from .executor import VALID_STATUSES
-from .microbatches import balanced_partitions, micro_batch_count
+from .microbatches import balanced_partitions, micro_batch_count, padded_chunks
 from .packed import pack_by_prompt, packed_logprobs, token_logprobs
 from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
@@ -413,15 +413,28 @@ class JointGRPO:
         parts = balanced_partitions(lengths, k)
         return [(part, len(part) / n, max(sum(len(batch.completion_ids[i]) for i in part), 1)) for part in parts]
 
+    def _forward_passes(self, batch: RoleBatch, micro: list[tuple[list[int], float, int]]
+                        ) -> list[tuple[list[int], float, int]]:
+        """Each "micro_token_mean" micro-batch in forward passes whose padded rows stay within
+        `grpo.micro_batch_tokens` (`microbatches.padded_chunks`; the authors' verl packs without padding), each
+        pass with its micro-batch's loss weights, so the loss and gradient are the same sums. Other layouts: one
+        pass per micro-batch."""
+        if self.g.loss_agg != "micro_token_mean" or self.g.packed_prompts:
+            return micro
+        p_len = [len(p) for p in batch.prompt_ids]
+        c_len = [len(c) for c in batch.completion_ids]
+        return [(part, numer, denom) for rows, numer, denom in micro
+                for part in padded_chunks(p_len, c_len, rows, self.g.micro_batch_tokens)]
+
     def _backward(self, batch: RoleBatch, weight: float) -> dict[str, float]:
         """The role's loss (`grpo.loss_agg`), accumulated over micro-batches; one gradient sync at the end."""
         g, dev = self.g, self.acc.device
         sums = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
-        micro = self._micro_batches(batch)
-        for k, (rows, numer, denom) in enumerate(micro):
+        passes = self._forward_passes(batch, self._micro_batches(batch))
+        for k, (rows, numer, denom) in enumerate(passes):
             logprobs, cmask = self._logprob_fn([batch.prompt_ids[i] for i in rows],
                                                [batch.completion_ids[i] for i in rows])
-            with self._accumulating(last=k == len(micro) - 1), torch.set_grad_enabled(weight > 0):
+            with self._accumulating(last=k == len(passes) - 1), torch.set_grad_enabled(weight > 0):
                 logp = logprobs(self.model)
                 with torch.no_grad():
                     ref_logp = self._reference_logprobs(logprobs, logp)

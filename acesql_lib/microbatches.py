@@ -77,3 +77,28 @@ def micro_batch_count(lengths: Sequence[int], max_tokens: int) -> int:
     if max_tokens < 1:
         raise ValueError(f"micro_batch_count: max_tokens must be >= 1, got {max_tokens}")
     return max(1, min(len(lengths), math.ceil(sum(lengths) / max_tokens)))
+
+
+def padded_chunks(prompt_lens: Sequence[int], completion_lens: Sequence[int], rows: Sequence[int],
+                  max_tokens: int) -> list[list[int]]:
+    """`rows` (indices into the lengths) in forward passes whose padded size stays within `max_tokens`: a pass of r
+    rows pads every row to its longest prompt and longest completion, r * (max prompt + max completion) tokens,
+    so a micro-batch of many short sequences and one long completion would hold many times its budget. Rows go
+    in order of length, each pass as many as fit (at least one). The passes of a micro-batch share its loss
+    weights, so its loss and gradient are the same sums, taken in parts."""
+    if max_tokens < 1:
+        raise ValueError(f"padded_chunks: max_tokens must be >= 1, got {max_tokens}")
+    order = sorted(rows, key=lambda i: (prompt_lens[i] + completion_lens[i], i))
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    widest_p = widest_c = 0
+    for i in order:
+        p, c = max(widest_p, prompt_lens[i]), max(widest_c, completion_lens[i])
+        if current and (len(current) + 1) * (p + c) > max_tokens:
+            chunks.append(current)
+            current, p, c = [], prompt_lens[i], completion_lens[i]
+        current.append(i)
+        widest_p, widest_c = p, c
+    if current:
+        chunks.append(current)
+    return chunks

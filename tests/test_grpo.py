@@ -533,6 +533,17 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
 
     expected = grads_after(by_hand)
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(ours, expected))
+    # one sample per padded row (the paper's layout): each micro-batch runs in forward passes whose padded rows
+    # stay within the budget, with the micro-batch's weights: the same gradient
+    trainer.g = dataclasses.replace(trainer.g, packed_prompts=False)
+    micro = trainer._micro_batches(batch)
+    passes = trainer._forward_passes(batch, micro)
+    assert len(passes) > len(micro) == 3
+    padded = [len(rows) * (max(len(batch.prompt_ids[i]) for i in rows) + max(len(batch.completion_ids[i]) for i in rows))
+              for rows, _, _ in passes]
+    assert all(size <= budget for size, (rows, _, _) in zip(padded, passes) if len(rows) > 1)
+    split = grads_after(lambda: trainer._backward(batch, weight=1.0))
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(split, expected))
     trainer.g = dataclasses.replace(trainer.g, loss_agg="global_token_mean")
     global_mean = grads_after(lambda: trainer._backward(batch, weight=1.0))
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(global_mean, expected))

@@ -33,3 +33,17 @@ def test_micro_batch_count_is_the_ceiling_of_tokens_over_the_budget():
         balanced_partitions([1, 2], 3)
     with pytest.raises(ValueError, match="max_tokens"):
         micro_batch_count([1], 0)
+
+
+def test_a_micro_batch_of_short_rows_and_one_long_completion_runs_in_passes_within_its_padded_budget():
+    from acesql_lib.microbatches import padded_chunks
+
+    prompts = [50] * 31 + [60]
+    completions = [20] * 31 + [2048]  # padded together: 32 rows x (60 + 2048) = 67,456 tokens
+    chunks = padded_chunks(prompts, completions, list(range(32)), 12000)
+    assert sorted(i for c in chunks for i in c) == list(range(32))  # every row once
+    for c in chunks:
+        assert len(c) * (max(prompts[i] for i in c) + max(completions[i] for i in c)) <= 12000
+    assert [31] in chunks  # the long completion alone, the short rows together
+    assert padded_chunks([9000], [5000], [0], 12000) == [[0]]  # a row over the budget still runs, alone
+    assert padded_chunks(prompts, completions, [3, 1, 2], 10 ** 6) == [[1, 2, 3]]
