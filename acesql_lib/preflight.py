@@ -16,10 +16,15 @@ says what failed.
 Memory per GPU (bytes; P parameters, N processes of the stage's accelerate config, w = 2 for bf16,
 4 for float32; m = 4 for fp32 master weights, `model.train_dtype`):
   GRPO = acesql_lib.memory.grpo_step_bytes: the peak of one update, term by term (weights, Adam, PCGrad's
-         gradient copy, the reference, the largest micro-batch's logits and layer activations), checked
-         against measured updates (benchmarks/grpo_memory.py); it must fit in (1 - gpu_memory_utilization)
-         of the card beside a colocated vLLM engine, whose share must hold its copy of the weights
-         (w·P / tensor_parallel_size) with room left for the KV cache.
+         gradient copy, the reference, the worst micro-batch's logits and layer activations, FSDP2's gathered
+         units, the CUDA and NCCL runtime), checked against measured updates (benchmarks/grpo_memory.py);
+         with a colocated vLLM engine's share (`engine.gpu_memory_utilization`, which must hold its copy of
+         the weights, w·P / tensor_parallel_size, with room for the KV cache) it must leave `HEADROOM` of
+         the card free, the card's capacity as torch reports it (`CARDS` where no GPU is visible).
+         The worst micro-batch of "micro_token_mean": a forward pass pads its rows to its longest prompt and
+         completion within `grpo.micro_batch_tokens` (grpo.JointGRPO._forward_passes), so the most completion
+         positions are floor(budget / (c + 1)) rows of the longest completion c, or one row of the longest
+         prompt and completion where that is over the budget.
   SFT  = 4·m·P / N (sharded weights, gradients, Adam) + b·s·h·L·w (checkpointed layer inputs) + b·s·V·4
          (fp32 logits), b = per_device_batch_size, s = sft.max_length; a rough guide (not measured).
 Durations scale the paper's reported times (§3: SFT about 38 h; §4.11: GRPO 728 steps in about 43 h,
@@ -116,7 +121,10 @@ def accelerate_processes(path: str, cfg: Config | None = None) -> tuple[int, boo
 
 
 # Cards a one-GPU (notebook) run is judged against: name -> bytes
-ONE_GPU_CARDS = {"A100/H100 80 GB": 80 * GIB, "H200 141 GB": 141 * GIB, "B200 180 GB": 180 * GIB}
+# What torch reports as each card's total memory (torch.cuda.get_device_properties(i).total_memory), the capacity
+# the estimates are held against where no GPU is visible; a visible GPU's own figure is used where there is one.
+CARDS = {"A100 80 GB": 79.2 * GIB, "H100 80 GB": 79.2 * GIB, "H200": 139.8 * GIB}
+HEADROOM = 0.10  # of the card left free on every path the preflight calls fitting (fragmentation, spikes)
 
 
 def fsdp_sharded(path: str) -> bool:
@@ -125,14 +133,18 @@ def fsdp_sharded(path: str) -> bool:
     return str(data.get("distributed_type", "")).upper() == "FSDP"
 
 
-def grpo_micro_batch(cfg: Config) -> tuple[int, int, int]:
-    """(sequences, prompt tokens, completion tokens) of the largest GRPO micro-batch the profile makes: its
-    longest prompts and responses; "micro_token_mean" packs about `grpo.micro_batch_tokens` tokens into one."""
+def grpo_micro_batch(cfg: Config) -> list[tuple[int, int, int]]:
+    """(sequences, prompt tokens, completion tokens) of the forward passes that can hold the most memory: the
+    longest prompts and responses the profile allows, padded as the update pads them (module docstring)."""
     g = cfg.grpo
     c = g.max_response_tokens
     p = g.max_prompt_tokens or max(cfg.engine.max_model_len - c, 1)
-    b = math.ceil(g.micro_batch_tokens / (p + c)) if g.loss_agg == "micro_token_mean" else g.micro_batch_size
-    return max(b, 1), p, c
+    if g.loss_agg != "micro_token_mean":
+        return [(g.micro_batch_size, p, c)]
+    if g.packed_prompts:  # one row per prompt, its samples after it (acesql_lib/packed.py)
+        return [(max(math.ceil(g.micro_batch_tokens / (p + c)), 1), p, c)]
+    rows = max(1, g.micro_batch_tokens // (c + 1))
+    return [(rows, max(1, g.micro_batch_tokens // rows - c), c), (1, p, c)]
 
 
 def dtype_bytes(dtype: str) -> int:
@@ -165,11 +177,15 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
 
     n_sft = processes or accelerate_processes(cfg.sft.accelerate_config, cfg)[0]
     n_grpo = processes or accelerate_processes(cfg.grpo.accelerate_config, cfg)[0]
-    b, p, c = grpo_micro_batch(cfg)
-    grpo = grpo_step_bytes(shape, b, p, c, checkpointing=cfg.grpo.gradient_checkpointing,
-                           logprob_chunk_tokens=cfg.grpo.logprob_chunk_tokens, processes=n_grpo, train_bytes=m,
-                           compute_bytes=w, lora=cfg.model.lora,
-                           reference_sharded=n_grpo > 1 and fsdp_sharded(cfg.grpo.accelerate_config))
+    fsdp = n_grpo > 1 and fsdp_sharded(cfg.grpo.accelerate_config)
+    g = cfg.grpo
+    own_reference = g.kl_coef > 0 and (not cfg.model.lora or bool(g.reference_model))  # grpo.build_trainer
+    grpo = max((grpo_step_bytes(shape, b, p, c, checkpointing=g.gradient_checkpointing,
+                                logprob_chunk_tokens=g.logprob_chunk_tokens, processes=n_grpo if fsdp or n_grpo == 1
+                                else 1, ranks=n_grpo, train_bytes=m,  # data parallel replicates the state
+                                compute_bytes=w, lora=cfg.model.lora, lora_rank=cfg.model.lora_r,
+                                reference=own_reference, reference_sharded=fsdp, fsdp=fsdp)
+                for b, p, c in grpo_micro_batch(cfg)), key=lambda terms: terms["total"])
     return {"params": P, "sft": state(n_sft) + act(cfg.sft.per_device_batch_size, cfg.sft.max_length, cfg.sft.max_length),
             "grpo": grpo["total"], "grpo_terms": grpo,
             "vllm_weights": w * P / cfg.engine.tensor_parallel_size,
@@ -192,26 +208,58 @@ def over_budget_advice(cfg: Config) -> str:
     return "lower " + steps[0] + ", or " + ", ".join(steps[1:])
 
 
+def grpo_room(cfg: Config, card: float) -> float:
+    """Bytes of a card GRPO's update may use: the card less `HEADROOM` and a colocated vLLM engine's share."""
+    util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
+    return card * (1 - HEADROOM - util)
+
+
+def path_fits(cfg: Config, shape: dict[str, Any], card: float, processes: int | None = None) -> tuple[float, bool]:
+    """(GRPO's bytes per GPU, whether SFT, GRPO beside the engine with `HEADROOM` free, and the engine's weights
+    in its share fit on a card of `card` bytes), with `processes` GPUs (None: the accelerate configs')."""
+    est = memory_estimates(cfg, shape, processes=processes)
+    util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
+    ok = (est["sft"] <= card * (1 - HEADROOM) and est["grpo"] <= grpo_room(cfg, card)
+          and (not util or est["vllm_weights"] <= util * card))
+    return est["grpo"], ok
+
+
+def card_paths(cfg: Config, shape: dict[str, Any]) -> Row:
+    """Which of the profile's paths fit on which card (`CARDS`): the multi-GPU launch of its accelerate configs
+    (full fine-tune), and one GPU with the full fine-tune or with LoRA."""
+    import dataclasses
+
+    n = accelerate_processes(cfg.grpo.accelerate_config, cfg)[0]
+    lora = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=True))
+    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=False))
+    paths = [(f"{n} GPUs, full fine-tune", full, None), ("1 GPU, full fine-tune", full, 1), ("1 GPU, LoRA", lora, 1)]
+    parts = []
+    for name, card in CARDS.items():
+        ok = [label for label, c, procs in paths if path_fits(c, shape, card, procs)[1]]
+        parts.append(f"{name} ({_size(card)}): {', '.join(ok) or 'none'}")
+    util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
+    beside = f" beside the engine's {util:g} of the card" if util else ""
+    return Row("hardware", "paths per card", INFO, f"with {HEADROOM:.0%} of the card free{beside}: " + "; ".join(parts))
+
+
 def one_gpu_verdict(cfg: Config, shape: dict[str, Any]) -> Row:
     """Which cards can run the profile's SFT and GRPO in one process (the notebooks, `pipeline`), with the
-    colocated vLLM engine holding `engine.gpu_memory_utilization` of the card, and what to do where none
-    can: LoRA, or the multi-GPU launch."""
+    colocated vLLM engine holding `engine.gpu_memory_utilization` of the card and `HEADROOM` free, and what to
+    do where none can: LoRA, or the multi-GPU launch."""
     import dataclasses
 
     util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
 
     def cards(c: Config) -> tuple[float, list[str]]:
-        est = memory_estimates(c, shape, processes=1)
-        ok = [name for name, b in ONE_GPU_CARDS.items()
-              if est["sft"] <= b and est["grpo"] <= (1 - util) * b and (not util or est["vllm_weights"] <= util * b)]
-        return est["grpo"], ok
+        found = {name: path_fits(c, shape, b, processes=1) for name, b in CARDS.items()}
+        return next(iter(found.values()))[0], [name for name, (_, ok) in found.items() if ok]
 
     need, fits = cards(cfg)
     what = "LoRA" if cfg.model.lora else "full fine-tune"
     share = f" beside the engine's {util:g} of the card" if util else ""
     if fits:
-        return Row("hardware", "one GPU (notebooks)", OK, f"{what}: GRPO needs about {_size(need)}{share}; "
-                   f"fits on {', '.join(fits)}")
+        return Row("hardware", "one GPU (notebooks)", OK, f"{what}: GRPO needs about {_size(need)}{share} with "
+                   f"{HEADROOM:.0%} of the card free; fits on {', '.join(fits)}")
     advice = ""
     if not cfg.model.lora:
         need_lora, fits_lora = cards(dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=True)))
@@ -219,8 +267,8 @@ def one_gpu_verdict(cfg: Config, shape: dict[str, Any]) -> Row:
                   f"{', '.join(fits_lora) or 'no listed card'}) or ")
     return Row("hardware", "one GPU (notebooks)", WARN,
                f"{what}: GRPO needs about {_size(need)} in one process{share} ({train_dtype_note(cfg)}), more than "
-               f"{', '.join(ONE_GPU_CARDS)} hold; on one GPU {advice}launch SFT and GRPO on several GPUs "
-               f"(accelerate launch --config_file {cfg.grpo.accelerate_config})")
+               f"{', '.join(CARDS)} hold with {HEADROOM:.0%} free; on one GPU {advice}launch SFT and GRPO on several "
+               f"GPUs (accelerate launch --config_file {cfg.grpo.accelerate_config})")
 
 
 def train_dtype_note(cfg: Config) -> str:
@@ -414,8 +462,9 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
     card = min((b for _, b in gpus), default=0) if want_gpus else _ram_bytes() // max(1, max(n for n, _ in need.values()))
     where = "per GPU" if want_gpus else "per process (RAM share)"
     util = cfg.engine.gpu_memory_utilization
-    checks = [(f"SFT ({need['sft'][0]} process(es), sharded)", est["sft"], card if card else None),
-              (f"GRPO training ({need['grpo'][0]} process(es), sharded)", est["grpo"], card * (1 - util) if card and cfg.engine.kind == "vllm" and want_gpus else card or None)]
+    room = (grpo_room(cfg, card) if want_gpus else card * (1 - HEADROOM)) if card else None
+    checks = [(f"SFT ({need['sft'][0]} process(es), sharded)", est["sft"], card * (1 - HEADROOM) if card else None),
+              (f"GRPO training ({need['grpo'][0]} process(es), sharded)", est["grpo"], room)]
     if cfg.engine.kind == "vllm" and want_gpus:
         checks.append((f"vLLM weights at gpu_memory_utilization {util}", est["vllm_weights"], card * util if card else None))
     for label, value, cap in checks:
@@ -426,14 +475,18 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
         status = OK if fits else (FAIL if label.startswith("GRPO") else WARN)
         advice = "" if fits or status != FAIL else f"; {over_budget_advice(cfg)}"
         terms = (" (" + ", ".join(f"{k} {_size(v)}" for k, v in est["grpo_terms"].items()
-                                  if k in ("state", "reference", "logits", "layers") and v)
-                 + "; allocated tensors, the CUDA context and fragmentation not counted)") if label.startswith("GRPO") else ""
+                                  if k in ("state", "reference", "logits", "layers", "units", "runtime") and v)
+                 + ")") if label.startswith("GRPO") else ""
+        room_note = f" (with {HEADROOM:.0%} of {_size(card)} free" + (f" and the engine's {util:g}" if
+                                                                   label.startswith("GRPO") and want_gpus and
+                                                                   cfg.engine.kind == "vllm" else "") + ")"
         rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}{terms}, has {_size(cap)}"
-                        f" ({_count(n_params(shape))} parameters){advice}"))
+                        f"{room_note} ({_count(n_params(shape))} parameters){advice}"))
     if cfg.grpo.packed_prompts:
         rows.append(packed_rows_check(cfg, shape))
     if want_gpus:
         rows.append(one_gpu_verdict(cfg, shape))
+        rows.append(card_paths(cfg, shape))
     return rows
 
 

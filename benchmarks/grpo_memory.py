@@ -138,7 +138,7 @@ def measure(args: argparse.Namespace) -> dict:
     peak_bytes = max(phases.values())
     est = grpo_step_bytes(shape, micro_batch=n, prompt_tokens=args.prompt, completion_tokens=args.completion,
                           checkpointing=bool(args.checkpointing), logprob_chunk_tokens=args.chunk,
-                          device=args.device)
+                          runtime=False, device=args.device)  # a measured peak holds tensors only
     return {"device": args.device, "layers": args.layers, "hidden": args.hidden, "vocab": args.vocab,
             "micro_batch": n, "prompt": args.prompt, "completion": args.completion,
             "checkpointing": bool(args.checkpointing), "logprob_chunk_tokens": args.chunk,
