@@ -110,6 +110,10 @@ def _load_model(name_or_path: str | Path, dtype: str, device: str) -> PreTrained
     except OSError as e:
         offline = " (HF_HUB_OFFLINE is set: the id must already be in the local cache)" if os.environ.get("HF_HUB_OFFLINE") else ""
         raise OSError(f"{source}: cannot load model{offline}: {e}") from e
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():  # partitioned by deepspeed.zero.Init as it loaded: DeepSpeed places it
+        return model
     return model.to(resolve_device(device))
 
 

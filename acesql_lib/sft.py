@@ -421,8 +421,11 @@ def _main(argv: Sequence[str] | None) -> SFTResult:
     ap.add_argument("--max-steps", type=int, default=None)
     args = ap.parse_args(argv)
     cfg = load_config(args.config)
-    # Loaded on CPU in fp32 (model.train_dtype); the trainer places it (and shards it under ZeRO-3) and
-    # computes in bf16 on a GPU (sft.bf16).
+    # The training arguments before the model: under the ZeRO-3 launch (zero3_init_flag) they register DeepSpeed's
+    # config with transformers, so from_pretrained partitions the weights across the ranks as it reads them
+    # (deepspeed.zero.Init) instead of every rank holding a whole fp32 copy first. Otherwise the model loads on
+    # the CPU in fp32 (model.train_dtype); the trainer places it and computes in bf16 on a GPU (sft.bf16).
+    registered = trl_config(cfg.sft, args.output, args.max_steps, cfg.seed)  # noqa: F841 (kept alive while loading)
     model, tokenizer = load_policy(args.model or cfg.model.base_model, dtype=training_dtype(cfg.model), device="cpu")
     lora = LoraSpec.from_config(cfg.model)
     trainer, result = _train(model, tokenizer, read_samples(args.samples), cfg.sft, args.output, args.max_steps,
