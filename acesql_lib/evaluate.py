@@ -15,6 +15,13 @@ schema follow `eval.generator_parser` / `eval.retriever_parser` (paper profile: 
 evaluation scripts, `prompts.parse_generator_eval` / `parse_retriever_eval`; "kit": the last closed
 sql block after the think block, so an output without one scores 0).
 
+The engine's context is `eval.max_model_len` (prompt + answer; `metrics["max_model_len"]`). An answer stops where
+prompt and answer fill it, as vLLM stops it, on both engines (`rollouts._sample`). A prompt that leaves no room for
+one new token is not generated (vLLM would refuse the whole call) and its question scores 0, under every scoring
+rule: an over-long retriever prompt leaves the question without a generator pass. Such questions are counted per
+pass (`n_overlong`: retriever, generator, gold_schema) and named (`overlong_ids`, the records' `overlong` and
+`gold_schema_overlong`, one printed line); the authors' scripts stop there instead (docs/deviations.md).
+
 Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
 - output tokens per question = retriever + generator generated tokens (stop token included),
   counted with the policy's tokenizer;
