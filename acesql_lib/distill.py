@@ -168,11 +168,12 @@ def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, toke
 
 def sampling_engine(cfg: Config, model_path: str | Path) -> tuple[Any, Any]:
     """The engine distillation samples `model_path` with, and its tokenizer: the model in the inference dtype
-    on `model.device`, the profile's engine (as notebook 02 builds them). Close the engine when done."""
-    from .engines import make_engine
+    on `model.device` (on the CPU when the engine is vLLM: `policy_load_device`), the profile's engine (as notebook 02
+    builds them). Close the engine when done."""
+    from .engines import make_engine, policy_load_device
     from .models import load_policy
 
-    model, tokenizer = load_policy(str(model_path), dtype=cfg.model.dtype, device=cfg.model.device)
+    model, tokenizer = load_policy(str(model_path), dtype=cfg.model.dtype, device=policy_load_device(cfg))
     engine = make_engine(cfg.engine, model, tokenizer, model_path=str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
     return engine, tokenizer
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from . import engine_reuse
-from .config import EngineConfig
+from .config import Config, EngineConfig
 from .models import END_OF_TEXT, IM_END
 from .sharding import gathered_fsdp, is_sharded
 from .workers import DECODE_THREADS
@@ -35,7 +35,8 @@ class Completion:
     text: str  # decoded without control tokens (<|im_end|>, <|endoftext|>); <think> tags are kept
     token_ids: list[int]  # generated ids, the stop token included when there is one
     n_tokens: int  # len(token_ids): output tokens, for the length penalty and the efficiency table
-    truncated: bool  # max_new_tokens reached without a stop token
+    truncated: bool  # max_new_tokens (or the context) reached without a stop token
+    overlong: bool = False  # the prompt left no room in the context: nothing was generated
 
 
 class Engine:
@@ -81,6 +82,19 @@ def _make_completion(ids: Sequence[int], stops: set[int], max_new_tokens: int, t
         ids = ids[: end + 1]
     text = tokenizer.decode(ids, skip_special_tokens=True)
     return Completion(text, ids, len(ids), truncated=end is None and len(ids) >= max_new_tokens)
+
+
+def within_context(c: Completion, room: int, stops: set[int], tokenizer: Any) -> Completion:
+    """`c` as an engine whose context leaves `room` new tokens after its prompt gives it: its first `room` tokens
+    (vLLM stops a request whose prompt and output fill `max_model_len`), truncated unless one is a stop token."""
+    return c if c.n_tokens < room else _make_completion(c.token_ids[:room], stops, room, tokenizer)
+
+
+def policy_load_device(cfg: Config) -> str:
+    """Where a stage that only samples (distillation, evaluation) loads the policy it hands `make_engine`: the CPU
+    when the engine is vLLM, which reads the checkpoint itself and takes the policy's weights once (the sync), so
+    the GPU holds one copy of them; `model.device` for the HF engine, which decodes with the policy itself."""
+    return "cpu" if cfg.engine.kind == "vllm" else cfg.model.device
 
 
 # ---------------------------------------------------------------------------------------------
@@ -719,6 +733,7 @@ class VLLMEngine(Engine):
             raise
         self.tokenizer = self.llm.get_tokenizer()
         self.stops = stop_token_ids(self.tokenizer)
+        self.max_model_len = max_model_len  # the context: prompt + new tokens (a longer prompt is refused)
 
     def generate(self, prompts: list[str], n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
                  max_new_tokens: int = 256, seed: int | None = None) -> list[list[Completion]]:

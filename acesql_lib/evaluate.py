@@ -15,6 +15,13 @@ schema follow `eval.generator_parser` / `eval.retriever_parser` (paper profile: 
 evaluation scripts, `prompts.parse_generator_eval` / `parse_retriever_eval`; "kit": the last closed
 sql block after the think block, so an output without one scores 0).
 
+The engine's context is `eval.max_model_len` (prompt + answer; `metrics["max_model_len"]`). An answer stops where
+prompt and answer fill it, as vLLM stops it, on both engines (`rollouts._sample`). A prompt that leaves no room for
+one new token is not generated (vLLM would refuse the whole call) and its question scores 0, under every scoring
+rule: an over-long retriever prompt leaves the question without a generator pass. Such questions are counted per
+pass (`n_overlong`: retriever, generator, gold_schema) and named (`overlong_ids`, the records' `overlong` and
+`gold_schema_overlong`, one printed line); the authors' scripts stop there instead (docs/deviations.md).
+
 Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
 - output tokens per question = retriever + generator generated tokens (stop token included),
   counted with the policy's tokenizer;
@@ -48,12 +55,12 @@ from typing import Any
 
 from .config import Config, EvalSet
 from .reuse_keys import code_hash, engine_key, settings_hash
-from .engines import Engine, HFEngine, make_engine
+from .engines import Engine, HFEngine, make_engine, policy_load_device
 from .executor import write_bird_predictions
 from .paths import Paths, resolve
 from .prompts import evaluation_style
 from .rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
-                       select)
+                       select, unanswered)
 from .task import Task
 from .routes import alternative_route, route_share
 from .schema import Schema
@@ -157,7 +164,30 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "retriever_well_formed": sum(r["retriever_well_formed"] for r in records) / n,
         "generator_well_formed": sum(r["generator_well_formed"] for r in records) / n,
         "truncated": sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
+        **overlong_metrics(records),
     }
+
+
+OVERLONG = "overlong"  # exec_status of a question whose prompt left no room in the engine's context
+PASSES = ("retriever", "generator", "gold_schema")
+
+
+def overlong_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per pass, the questions whose prompt left no room in the engine's context (scored 0): their number
+    (`n_overlong`) and ids (`overlong_ids`). A question over in the retriever pass has no generator pass."""
+    ids = {p: [str(r["id"]) for r in records if r.get("overlong") == p] for p in PASSES[:2]}
+    ids["gold_schema"] = [str(r["id"]) for r in records if r.get("gold_schema_overlong")]
+    return {"n_overlong": {p: len(v) for p, v in ids.items()}, "overlong_ids": ids}
+
+
+def overlong_line(set_name: str, context: int, ids: Mapping[str, Sequence[str]], shown: int = 20) -> str:
+    """The printed line naming the questions over the context, per pass (the first `shown` ids of each)."""
+    def one(p: str) -> str:
+        named = ", ".join(ids[p][:shown]) + (", ..." if len(ids[p]) > shown else "")
+        return f"{p.replace('_', '-')} pass: {len(ids[p])}" + (f" ({named})" if ids[p] else "")
+
+    return (f"[evaluate] {set_name}: prompts over the engine's {context}-token context, not generated and scored 0: "
+            + "; ".join(one(p) for p in PASSES))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,7 +227,10 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
         attach(schemas[ex.db_id], ex.db_path, data_cfg, cache)  # cheap once attached
     tasks = [Task(ex, schemas[ex.db_id], given_values=given) for ex in examples]
 
-    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens)
+    # the engine's context: eval.max_model_len, or the engine's own where it is smaller (a vLLM engine handed in)
+    context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)
+    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens,
+                               context=context)
     rules = RolloutSpec.evaluation(cfg, mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
@@ -205,8 +238,12 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
     retrieved = retrieve(tasks, parse=r_parse, desc=f"{stage} retriever", **run)
     voted, seen = select(retrieved, n_generator=1)
-    # 3. generator on the pruned schema
-    generated = generate(tasks, seen, parse=g_parse, desc=f"{stage} generator", **run)
+    # 3. generator on the pruned schema, for the questions whose retriever prompt fit the context (the others score 0)
+    asked = [i for i, r in enumerate(retrieved) if not r.completions[0].overlong]
+    generated = [RoleSamples([""], [c := unanswered()], [g_parse(c, t)]) for t in tasks]
+    for i, g in zip(asked, generate([tasks[i] for i in asked], [seen[i] for i in asked], parse=g_parse,
+                                    desc=f"{stage} generator", **run)):
+        generated[i] = g
     rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 3b. generator on the gold column set (Generator Ability; kit's definition). Where the voted set gives the
     # same prompt, the answer is the one step 3 decoded from it (greedy), not decoded again
@@ -220,10 +257,17 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
                                     parse=g_parse, desc=f"{stage} generator (gold schema)", **run)):
         on_gold[k] = g
     gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
-    # 4. execute everything in one batch
-    rules.execute([*rolls, *gold_rolls], workers=cfg.eval.workers, progress=progress)
+    # 4. execute everything in one batch; a prompt over the context scores 0 (never run: the authors' scoring would
+    # match its empty prediction to an empty gold result)
+    every = [*rolls, *gold_rolls]
+    rules.execute([r for r in every if not r.generator.completions[0].overlong], workers=cfg.eval.workers,
+                  progress=progress)
+    for r in every:
+        if r.generator.completions[0].overlong:
+            r.matches, r.exec_status, r.match_sets = [False], [OVERLONG], [None]
     o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
     gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
+    gold_over = {i: r.generator.completions[0].overlong for i, r in zip(gold_idx, gold_rolls)}
 
     records = []
     for i, r in enumerate(rolls):
@@ -244,10 +288,14 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
             "pred_columns": sorted(pred_cols) if pred_cols is not None else None,
             "alt_route": alternative_route(correct, pred_cols, gold_cols),
             "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
+            "overlong": "retriever" if rc.overlong else "generator" if gc.overlong else None,
+            "gold_schema_overlong": gold_over.get(i),
         })
     metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, "engine": engine.kind,
-               **summarize(records),
+               "max_model_len": context, **summarize(records),
                "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
+    if any(metrics["n_overlong"].values()):
+        print(overlong_line(set_name, context, metrics["overlong_ids"]))
     result = EvalResult(metrics, records)
     if out_dir is not None:
         result.out_dir = Path(out_dir)
@@ -353,7 +401,7 @@ class LoadedCheckpoint:
         if self._loaded is None:
             from .models import load_policy
 
-            model, tokenizer = load_policy(self.model_path, self.cfg.model.dtype, self.cfg.model.device)
+            model, tokenizer = load_policy(self.model_path, self.cfg.model.dtype, policy_load_device(self.cfg))
             model.eval()
             engine = make_engine(eval_engine_config(self.cfg), model, tokenizer, model_path=self.model_path,
                                  dtype=self.cfg.model.dtype, seed=self.cfg.seed)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from .config import Truncation
-from .engines import Completion, Engine
+from .engines import Completion, Engine, stop_token_ids, within_context
 from .evalparse import parse_generator_eval, parse_retriever_eval
 from .executor import score_batch
 from .executor.scoring import rule as scoring_rule, sql_to_run
@@ -138,6 +138,9 @@ class SamplingSpec:
     seed: int | None = None
     retriever_max_new_tokens: int = 0  # the retriever's own budget; 0 = max_new_tokens (training: 2,048 per role)
     max_prompt_tokens: int = 0  # generator prompts longer than this keep their last tokens (authors); 0 = no limit
+    # the engine's context (prompt + new tokens, evaluation's eval.max_model_len): a prompt that leaves no room is
+    # not generated (`unanswered`) and an answer stops where it fills the context (`_sample`); 0 = not checked
+    context: int = 0
 
     def max_tokens(self, role: str) -> int:
         """New-token budget of `role`'s pass."""
@@ -171,10 +174,11 @@ class SamplingSpec:
                    cfg.engine.enable_thinking, g.seed + 7, max_prompt_tokens=g.max_prompt_tokens)
 
     @classmethod
-    def greedy(cls, max_new_tokens: int, enable_thinking: bool = True, retriever_max_new_tokens: int = 0
-               ) -> "SamplingSpec":
-        """§5 evaluation: one greedy sample per role, unseeded; `max_new_tokens` is the SQL pass's budget."""
-        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens)
+    def greedy(cls, max_new_tokens: int, enable_thinking: bool = True, retriever_max_new_tokens: int = 0,
+               context: int = 0) -> "SamplingSpec":
+        """§5 evaluation: one greedy sample per role, unseeded; `max_new_tokens` is the SQL pass's budget, `context`
+        the engine's (prompt + new tokens)."""
+        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens, context=context)
 
 
 @dataclass(frozen=True)
@@ -257,16 +261,43 @@ def training_parsers(max_new_tokens: int, think_rule: str = "authors", retriever
             lambda c, t: parse_generator(c.text, truncated=cut(c), rules=think_rule))
 
 
+def unanswered() -> Completion:
+    """The completion of a prompt that leaves no room in the engine's context: nothing generated, `overlong`."""
+    return Completion("", [], 0, truncated=False, overlong=True)
+
+
+def _rooms(prompts: Sequence[str], tokenizer: Any, context: int) -> list[int | None]:
+    """New tokens each prompt leaves in a `context`-token engine (None: not checked, `context` 0)."""
+    if not context:
+        return [None] * len(prompts)
+    if tokenizer is None:
+        raise ValueError("a context limit needs the tokenizer to count prompt tokens")
+    return [context - len(prompt_tokens(p, tokenizer)) for p in prompts]
+
+
 def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role: str, chunk: int | None = None,
-            desc: str = "", progress: bool = False) -> list[list[Completion]]:
+            desc: str = "", progress: bool = False, tokenizer: Any = None) -> list[list[Completion]]:
     """One engine call per role (or per `chunk` prompts, so progress is visible). Identical prompts
-    are generated once with n samples, so engines can share the prompt prefix."""
-    size = chunk or max(len(prompts), 1)
-    out: list[list[Completion]] = []
+    are generated once with n samples, so engines can share the prompt prefix.
+
+    Under `spec.context` a prompt that leaves no room for one new token is not sent (vLLM refuses it, which would
+    stop the whole call): its samples are `unanswered()`. Every other answer ends where prompt and answer fill
+    the context, as vLLM ends it (`within_context`; the HF engine has no context of its own)."""
+    rooms = _rooms(prompts, tokenizer, spec.context)
+    send = [i for i, room in enumerate(rooms) if room is None or room >= 1]
+    size = chunk or max(len(send), 1)
+    got: list[list[Completion]] = []
     with phase("generation"):
-        for start in tqdm(range(0, len(prompts), size), desc=desc, disable=not progress or not prompts, leave=False):
-            out.extend(engine.generate(prompts[start:start + size], n=n, temperature=spec.temperature,
-                                       top_p=spec.top_p, max_new_tokens=spec.max_tokens(role), seed=spec.role_seed(role)))
+        for start in tqdm(range(0, len(send), size), desc=desc, disable=not progress or not send, leave=False):
+            got.extend(engine.generate([prompts[i] for i in send[start:start + size]], n=n,
+                                       temperature=spec.temperature, top_p=spec.top_p,
+                                       max_new_tokens=spec.max_tokens(role), seed=spec.role_seed(role)))
+    if not spec.context:
+        return got
+    stops = set(stop_token_ids(tokenizer))
+    out = [[unanswered() for _ in range(n)] for _ in prompts]
+    for i, outs in zip(send, got):
+        out[i] = [within_context(c, rooms[i], stops, tokenizer) for c in outs]
     return out
 
 
@@ -280,7 +311,7 @@ def retrieve(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Sampli
              progress: bool = False) -> list[RoleSamples]:
     """§4 step 1: `spec.n_retriever` retriever samples per question on its full schema."""
     prompts = [retriever_prompt(t, tokenizer, style, spec.enable_thinking) for t in tasks]
-    out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", chunk, desc, progress)
+    out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", chunk, desc, progress, tokenizer)
     return [RoleSamples([p] * spec.n_retriever, outs, [parse(c, t) for c in outs])
             for t, p, outs in zip(tasks, prompts, out)]
 
@@ -316,10 +347,10 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
                                  spec.max_prompt_tokens) for s in cs]
                for t, cs in zip(tasks, column_sets)]
     if shared:
-        out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", chunk, desc, progress)
+        out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", chunk, desc, progress, tokenizer)
     else:
         flat = _sample(engine, [p for ps in prompts for p in (ps * n if len(ps) == 1 else ps)], 1, spec,
-                       "generator", chunk, desc, progress)
+                       "generator", chunk, desc, progress, tokenizer)
         out = [[flat[i * n + j][0] for j in range(n)] for i in range(len(tasks))]
     return [RoleSamples(ps * n if len(ps) == 1 else ps, outs, [parse(c, t) for c in outs])
             for t, ps, outs in zip(tasks, prompts, out)]

@@ -32,3 +32,22 @@ def write_bird_dev(root: Path) -> Path:
                for i, (q, sql, d) in enumerate(QUESTIONS)]
     (root / "dev.json").write_text(json.dumps(records))
     return root
+
+
+def eval_prompt_lengths(examples, schemas, tokenizer, cfg) -> list[tuple[int, int]]:
+    """Per question, the token lengths of the evaluation's retriever prompt and of its generator prompt on the whole
+    schema, with the schema text the evaluation gives it (`values_index.attach`, as `evaluate` attaches it)."""
+    from acesql_lib.paths import Paths
+    from acesql_lib.prompts import evaluation_style
+    from acesql_lib.rollouts import Task, generator_prompt, prompt_tokens, retriever_prompt
+    from acesql_lib.values_index import attach
+
+    style, thinking = evaluation_style(cfg.model.prompt_style), cfg.engine.enable_thinking
+    out = []
+    for ex in examples:
+        schema = attach(schemas[ex.db_id], ex.db_path, cfg.data, Paths.from_config(cfg).run / "values_index")
+        task = Task(ex, schema)
+        every = frozenset(f"{t.name}.{c.name}" for t in schema.tables for c in t.columns)
+        out.append((len(prompt_tokens(retriever_prompt(task, tokenizer, style, thinking), tokenizer)),
+                    len(prompt_tokens(generator_prompt(task, every, tokenizer, style, thinking), tokenizer))))
+    return out

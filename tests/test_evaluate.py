@@ -15,7 +15,7 @@ from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.paths import Paths
 from acesql_lib.prompts import generator_messages, generator_target, retriever_messages, retriever_target
 from acesql_lib.sqlcolumns import column_set
-from helpers_bird import QUESTIONS  # the questions of the `bird_dir` fixture (conftest)
+from helpers_bird import QUESTIONS, eval_prompt_lengths  # the questions of the `bird_dir` fixture (conftest)
 
 
 def _record(correct, difficulty="simple", retrieved=(), gold=(), pred=(), gold_schema_correct=None, r_tok=10,
@@ -376,3 +376,119 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
         assert r["retrieved_columns"] == sorted(gold[r["question"]]) or r["question"] not in right
         assert r["gold_schema_sql"] == f"SELECT {len(on_gold[r['question']])} FROM singer"
     assert result.metrics["generator_ability_n"] == 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts over the evaluation engine's context (eval.max_model_len)
+
+
+LONG_EVIDENCE = "A singer is older than another when the age column holds a larger number. "
+
+
+def _with_a_long_question(bird_dir, root, extra_rows=0):
+    """The fixture's three questions plus question 3, whose evidence makes its prompts long; its gold has no rows
+    (the authors' scoring matches an empty prediction to it). `extra_rows` lengthens that evidence."""
+    records = json.loads((bird_dir / "dev.json").read_text())
+    records.append({"question_id": 3, "db_id": "concerts", "question": "Which singers are older than 100?",
+                    "evidence": LONG_EVIDENCE * (8 + extra_rows), "SQL": "SELECT name FROM singer WHERE age > 100",
+                    "difficulty": "simple"})
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "dev.json").write_text(json.dumps(records))
+    return list(load_bird(root / "dev.json", bird_dir / "dev_databases"))
+
+
+def test_a_prompt_over_the_engine_context_scores_0_is_counted_and_named_and_the_rest_is_as_before(
+        bird_dir, tmp_path, capsys):
+    """A question whose prompt leaves no room in the engine's context (eval.max_model_len) is not generated, scores 0
+    (even under the authors' scoring, where an empty prediction matches an empty gold), and is counted and named
+    per pass; the batch goes on and every other question's record is the one an evaluation without it gives."""
+    budget = 48
+    examples = _with_a_long_question(bird_dir, tmp_path / "data")
+    schemas = schemas_for(examples)
+    tok = _tokenizer([q for q, _, _ in QUESTIONS] + [s for _, s, _ in QUESTIONS] + [schemas["concerts"].to_ddl(),
+                                                                                   LONG_EVIDENCE])
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                             max_position=2048, seed=0)
+    overrides = {"eval.max_new_tokens": budget, "engine.hf_greedy_batch_size": 1, "eval.workers": 1,
+                 "eval.scoring": "authors"}
+    base_cfg = load_config("tiny", overrides)
+    lengths = eval_prompt_lengths(examples, schemas, tok, base_cfg)
+    context = max(max(pair) for pair in lengths[:3]) + budget + 4  # room for the whole budget of the others
+    assert min(lengths[3]) > context, (lengths, context)  # question 3's prompts leave no room at all
+    cfg = load_config("tiny", {**overrides, "eval.max_model_len": context})
+
+    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=tmp_path / "out",
+                      set_name="dev", progress=False)
+    alone = evaluate(model, tok, examples[:3], schemas, base_cfg, mode="set", stage="s", out_dir=tmp_path / "alone",
+                     set_name="dev", progress=False)
+    assert base_cfg.eval.max_model_len > context + budget  # the reference evaluation's context holds every prompt
+    for got, want in zip(result.records[:3], alone.records):
+        assert {k: v for k, v in got.items() if k != "overlong"} == {k: v for k, v in want.items() if k != "overlong"}
+        assert got["overlong"] is None
+    long = result.records[3]
+    assert long["id"] == "3" and long["overlong"] == "retriever" and long["correct"] is False
+    assert long["exec_status"] == "overlong" and long["pred_sql"] == "" and long["retrieved_columns"] == []
+    assert long["retriever_tokens"] == long["generator_tokens"] == 0
+    assert long["gold_schema_correct"] is False  # its gold-schema prompt is over the context too
+    m = result.metrics
+    assert m["n"] == 4 and m["n_overlong"] == {"retriever": 1, "generator": 0, "gold_schema": 1}
+    assert m["overlong_ids"] == {"retriever": ["3"], "generator": [], "gold_schema": ["3"]}
+    assert m["max_model_len"] == context
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["n_overlong"] == m["n_overlong"]
+    assert m["ex"] == pytest.approx(sum(r["correct"] for r in alone.records) * 100 / 4)
+    out = capsys.readouterr().out
+    assert f"over the engine's {context}-token context" in out and "retriever pass: 1 (3)" in out, out
+    assert alone.metrics["n_overlong"] == {"retriever": 0, "generator": 0, "gold_schema": 0}
+
+
+def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, tmp_path):
+    """Prompt + budget over the context: the answer stops where the context is full (what vLLM does), marked
+    truncated, the first tokens of the answer a larger context gives; a prompt with no room at all is not
+    generated, in the generator pass as in the retriever pass."""
+    from acesql_lib.engines import HFEngine
+    from acesql_lib.prompts import evaluation_style
+    from acesql_lib.rollouts import SamplingSpec, Task, generate, prompt_tokens, retrieve
+
+    examples = _with_a_long_question(bird_dir, tmp_path / "data")
+    schemas = schemas_for(examples)
+    tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
+    tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl(), LONG_EVIDENCE])
+    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
+                             max_position=2048, seed=0)
+    engine = HFEngine(model, tok, greedy_batch_size=1)
+    cfg = load_config("tiny")
+    style = evaluation_style(cfg.model.prompt_style)
+    parse = lambda c, t: c  # noqa: E731
+    budget = 40
+    free = SamplingSpec.greedy(budget, cfg.engine.enable_thinking)
+    whole = retrieve(tasks[:3], engine, tok, free, parse, style)
+    lengths = [len(prompt_tokens(r.prompts[0], tok)) for r in whole]
+    assert all(r.completions[0].n_tokens == budget for r in whole)  # an untrained model runs to its budget
+    context = max(lengths) + 10  # 10 to `budget` new tokens of room
+    spec = SamplingSpec.greedy(budget, cfg.engine.enable_thinking, context=context)
+    cut = retrieve(tasks, engine, tok, spec, parse, style)
+    for n, w, c in zip(lengths, whole, cut):
+        room = context - n
+        assert c.completions[0].token_ids == w.completions[0].token_ids[:room] and c.completions[0].n_tokens == room
+        assert c.completions[0].truncated and not c.completions[0].overlong
+        assert c.completions[0].text == tok.decode(w.completions[0].token_ids[:room], skip_special_tokens=True)
+    assert cut[3].completions[0].overlong and cut[3].completions[0].n_tokens == 0
+    assert cut[3].completions[0].text == "" and cut[3].completions[0].token_ids == []
+    # the generator pass: question 3's pruned-schema prompt is over the context, the others are cut
+    sets = [[frozenset({"singer.name"})]] * 4
+    g = generate(tasks, sets, engine, tok, spec, parse, style)
+    g_lengths = [len(prompt_tokens(s.prompts[0], tok)) for s in g]
+    assert g_lengths[3] >= context and all(n < context for n in g_lengths[:3])
+    assert [s.completions[0].overlong for s in g] == [False, False, False, True]
+    assert all(s.completions[0].n_tokens == min(budget, context - n) for s, n in zip(g[:3], g_lengths))
+
+
+@pytest.mark.parametrize("device", ["cuda", "auto", "cpu"])
+def test_stages_that_only_sample_load_the_policy_on_the_cpu_when_vllm_generates(device):
+    """Under vLLM the engine reads the checkpoint itself and takes the policy's weights once (make_engine's sync):
+    evaluation and distillation load that policy on the CPU, so the GPU holds one copy; the HF engine decodes with
+    the policy, which stays on `model.device`."""
+    from acesql_lib.engines import policy_load_device
+
+    for kind, want in (("vllm", "cpu"), ("hf", device)):
+        assert policy_load_device(load_config("tiny", {"engine.kind": kind, "model.device": device})) == want

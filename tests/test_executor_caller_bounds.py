@@ -2,7 +2,6 @@
 of 16,000,000 one-value rows is `too_large`, not a gigabyte in the caller), error messages cut to
 MAX_ERROR_CHARS, and messages that state what the prediction did, never what the gold is."""
 import json
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import pytest
 
 from acesql_lib.executor import execute, score_batch
 from acesql_lib.executor.sandbox import HELD_ROW_BYTES, MAX_ERROR_CHARS
+from helpers_db import sqlite_db
 from repo_paths import ROOT as REPO
 
 MANY_TINY_ROWS = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 16000000) "
@@ -19,13 +19,9 @@ MANY_TINY_ROWS = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM 
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("bounds") / "b.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, f"v{i}") for i in range(20)])
-    con.commit()
-    con.close()
-    return str(path)
+    rows = ", ".join(f"({i}, 'v{i}')" for i in range(20))
+    return str(sqlite_db(tmp_path_factory.mktemp("bounds") / "b.sqlite",
+                         f"CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES {rows};"))
 
 
 def test_sixteen_million_tiny_rows_never_reach_the_caller(db):

@@ -1,12 +1,12 @@
 """The executor called from many threads at once: each execute() call gets a worker of its own (up
 to workers.EXECUTE_WORKERS) and keeps its own deadline, and score_batch calls on one pool or on
 pools of different sizes all return every verdict. Bounds are generous hang guards, not timings."""
-import sqlite3
 import threading
 import time
 
 import pytest
 
+from helpers_db import sqlite_db
 from acesql_lib.executor import execute, score_batch, workers
 
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
@@ -15,13 +15,9 @@ HANG_GUARD_S = 120
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    path = tmp_path_factory.mktemp("threads") / "t.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (a INTEGER, b TEXT)")
-    con.executemany("INSERT INTO t VALUES (?, ?)", [(i, f"v{i % 7}") for i in range(300)])
-    con.commit()
-    con.close()
-    return str(path)
+    rows = ", ".join(f"({i}, 'v{i % 7}')" for i in range(300))
+    return str(sqlite_db(tmp_path_factory.mktemp("threads") / "t.sqlite",
+                         f"CREATE TABLE t (a INTEGER, b TEXT); INSERT INTO t VALUES {rows};"))
 
 
 def _in_threads(n, fn):
