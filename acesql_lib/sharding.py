@@ -1,12 +1,14 @@
-"""The frozen KL reference sharded like the policy under FSDP2, so no process holds a whole copy of it.
+"""FSDP2 for GRPO through accelerate's own code: the frozen KL reference sharded like the policy, so no process
+holds a whole copy of it, and the same code on CPU process groups.
 
-`accelerator.prepare` shards the policy (it needs an optimizer to); the reference has none, so GRPO
-shards it here the same way: every decoder layer its own FSDP2 unit, then the root, on the accelerator's
-device mesh with its mixed-precision and offload policies (what TRL does for its reference model, with
-per-layer units so a forward pass gathers one layer at a time instead of the whole model). Each process
-then keeps 1/N of the reference (w·P/N bytes instead of w·P; acesql_lib/memory.py) and its log-probabilities
-are unchanged. Under DDP or on one process the reference stays as it is (DDP would refuse a model with
-nothing to train).
+`accelerator.prepare` shards the policy (it needs an optimizer to); the reference has none, so GRPO prepares
+it with accelerate's `fsdp2_prepare_model` itself (`shard_reference`): the same units (each decoder layer,
+the embedding, the head with the final norm, the root) on the accelerator's mesh with its mixed-precision and
+offload policies, and under `cpu_ram_efficient_loading` rank 0's weights broadcast to the ranks that loaded
+zeros. Each process then keeps 1/N of the reference (w·P/N bytes instead of w·P; acesql_lib/memory.py) and its
+log-probabilities are unchanged; its units free their gathered weights after every forward (it has no
+backward). Under DDP or on one process the reference stays as it is (DDP would refuse a model with nothing to
+train).
 
 `reduce_gradients_in_fp32` sets the FSDP mixed-precision policy the policy is prepared with to bf16 compute and
 fp32 gradient reduction, as the authors' verl (accelerate's bf16 default reduces in bf16, losing the low bits
@@ -18,7 +20,8 @@ FSDP variables set, but accelerate's state takes its FSDP branch only for GPU-li
 MULTI_CPU. `fsdp2_on_cpu` moves that state into the FSDP branch, with the plugin accelerate builds from the
 same variables; from there accelerate's own code runs as on GPUs: `prepare` shards the policy with
 `fsdp2_prepare_model` (its units, its rank-0 broadcast for `cpu_ram_efficient_loading`), `no_sync` is FSDP2's,
-`get_state_dict` gathers, and the reference goes through the same `fsdp2_prepare_model`.
+clipping is accelerate's DTensor-aware one. `full_state_dict` gathers the final model with torch's own full
+state dict (accelerate's FSDP2 `get_state_dict` returned the DTensor shards on gloo).
 `unsharded` gathers every unit of a sharded model once for generation (as ZeRO-3's gather for generation):
 decoding then needs no collective per token, so ranks with different prompts never wait on each other.
 """
