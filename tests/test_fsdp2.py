@@ -350,3 +350,69 @@ def test_the_units_fsdp2_shards_are_the_decoder_layers_with_or_without_lora_adap
     assert decoder_layers(adapted) == list(adapted.get_base_model().model.layers)
     with pytest.raises(ValueError, match="no decoder layers"):
         decoder_layers(torch.nn.Linear(2, 2))
+
+
+def _state_rank(rank: int, world: int, folder: str, port: int) -> None:
+    rank_started()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), ACCELERATE_USE_FSDP="true", FSDP_VERSION="2",
+                      FSDP_AUTO_WRAP_POLICY="TRANSFORMER_BASED_WRAP", FSDP_TRANSFORMER_CLS_TO_WRAP="Qwen3DecoderLayer")
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True)
+    try:
+        from torch.distributed.tensor import DTensor
+
+        from acesql_lib.pcgrad import save_grads
+        from acesql_lib.sharding import fsdp2_on_cpu
+
+        assert fsdp2_on_cpu(acc)
+        model = _qwen3()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        model, opt = acc.prepare(model, opt)
+
+        def local_bytes(tensors) -> int:
+            return sum((t.to_local() if isinstance(t, DTensor) else t).numel() * t.element_size()
+                       for t in tensors if t is not None)
+
+        ids = torch.arange(24).view(2, 12) % 64
+        acc.backward(model(input_ids=ids, labels=ids).loss)
+        opt.step()  # Adam's moments exist from here on
+        params = list(model.parameters())
+        acc.backward(model(input_ids=ids, labels=ids).loss)
+        saved = save_grads(params)  # PCGrad's copy of the first role's gradient
+        acc.backward(model(input_ids=ids, labels=ids).loss)  # the second role's gradient
+        moments = [s[k] for s in opt.state.values() for k in ("exp_avg", "exp_avg_sq")]
+        torch.save({"weights": local_bytes(params), "grads": local_bytes(p.grad for p in params),
+                    "saved": local_bytes(saved), "adam": local_bytes(moments)}, f"{folder}/state{rank}.pt")
+    finally:
+        _teardown(acc)
+    rank_finished()
+
+
+def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
+    """The memory formula's state at the end of the backward pass (`grpo_step_bytes`, 20 B per parameter over N
+    processes: fp32 weights, gradients, Adam's two moments, PCGrad's saved gradient) against the tensors each of
+    2 ranks holds under accelerate's own FSDP2 after an optimizer step and two backward passes: equal up to the
+    rows FSDP2 pads a tensor with to split it evenly."""
+    import tempfile
+
+    from acesql_lib.memory import grpo_step_bytes
+    from launching import free_port
+
+    whole = _qwen3()
+    cfg = whole.config
+    shape = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
+             "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+             "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "tie_word_embeddings": False}
+    P = sum(p.numel() for p in whole.parameters())
+    terms = grpo_step_bytes(shape, 1, 1, 1, processes=2, fsdp=True, reference=False, runtime=False)
+    assert terms["end_of_backward"] == pytest.approx(20 * P / 2)
+    with tempfile.TemporaryDirectory() as folder:
+        mp.start_processes(_state_rank, args=(2, folder, free_port()), nprocs=2, start_method="spawn")
+        got = [torch.load(f"{folder}/state{rank}.pt") for rank in range(2)]
+    for held in got:
+        assert held["weights"] == held["grads"] == held["saved"] == held["adam"] / 2  # 4 B each, Adam 8 B
+        assert 4 * P / 2 <= held["weights"] <= 4 * P / 2 + 4 * 2 * cfg.hidden_size * 16  # its shard, a few rows padded
+        total = held["weights"] + held["grads"] + held["saved"] + held["adam"]
+        assert total == pytest.approx(terms["end_of_backward"], rel=0.02)
