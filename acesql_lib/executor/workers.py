@@ -402,7 +402,7 @@ class _Pools:
             try:
                 pool = _Pool(1)
             except BaseException:
-                self._give_up_slot()
+                self._hand_on(None)  # the slot's pool is gone
                 raise
         self.last_single = pool
         try:
@@ -410,23 +410,16 @@ class _Pools:
         finally:  # after a call that raised, its pool's worker is stopped (run) and starts afresh when used
             self._hand_on(pool)
 
-    def _hand_on(self, pool: _Pool) -> None:
-        """A free one-worker pool goes to the first caller waiting, else back to the free list."""
+    def _hand_on(self, pool: _Pool | None) -> None:
+        """A slot set free goes to the first caller waiting, with its one-worker pool (None: the pool is gone,
+        the caller starts one); with no one waiting the pool goes back to the free list, or the slot is given up."""
         with self.lock:
             if self.waiting:
                 ticket = self.waiting.popleft()
                 ticket[1] = pool
                 ticket[0].set()
-            else:
+            elif pool is not None:
                 self.free.append(pool)
-
-    def _give_up_slot(self) -> None:
-        """A slot whose pool is gone: the first caller waiting starts a pool in it."""
-        with self.lock:
-            if self.waiting:
-                ticket = self.waiting.popleft()
-                ticket[1] = None
-                ticket[0].set()
             else:
                 self.singles -= 1
 
@@ -435,11 +428,7 @@ class _Pools:
             if ticket in self.waiting:
                 self.waiting.remove(ticket)
                 return
-        # handed a turn while leaving: pass it on
-        if ticket[1] is not None:
-            self._hand_on(ticket[1])
-        else:
-            self._give_up_slot()
+        self._hand_on(ticket[1])  # handed a turn while leaving: pass it on
 
     def shutdown(self, wait_s: float | None = None) -> None:
         with self.lock:
