@@ -86,18 +86,26 @@ def _worker_main(conn, cursor, clock_shared, memory_bytes) -> None:
     FLUSH_S, and whenever it would otherwise wait for work), until the parent sends None or goes
     away. `cursor` (shared memory) counts the items started so far, so after a crash the parent
     knows exactly which item was running; `clock_shared` says since when its SQL has run."""
+    import os
     import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C and a stop are the parent's to handle. A terminal's SIGINT reaches the workers too, and torchrun stops
+    # a rank with SIGTERM to its whole process group: a worker that died of it would cut the parent's SQL short
+    # (wrong scores, replaced workers) while the parent finishes its step and saves. So a worker ignores SIGINT and
+    # leaves the parent's process group (started from the forkserver, it ignores SIGTERM until then); a SIGTERM
+    # sent to the worker itself (multiprocessing's exit, the parent's stop) still ends it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _limit_address_space(memory_bytes)
     clock = _Clock(clock_shared)
     started, out, last = 0, [], time.monotonic()
     while True:
-        if out and not conn.poll():  # about to wait for work: send what is done first
-            conn.send(out)
-            out, last = [], time.monotonic()
         try:
+            if out and not conn.poll():  # about to wait for work: send what is done first
+                conn.send(out)
+                out, last = [], time.monotonic()
             msg = conn.recv()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the parent is gone
             return
         if msg is None:
             return
@@ -113,7 +121,10 @@ def _worker_main(conn, cursor, clock_shared, memory_bytes) -> None:
             started += 1
             out.append(("gold", seq, *answer[1:]) if answer[0] == "gold" else answer)
             if time.monotonic() - last > FLUSH_S:
-                conn.send(out)
+                try:
+                    conn.send(out)
+                except OSError:  # the parent is gone
+                    return
                 out, last = [], time.monotonic()
 
 
@@ -125,7 +136,12 @@ class _Worker:
         self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
                                 daemon=True, name="acesql-executor")
         with _without_main():  # the worker needs this module only, not the caller's script
-            self.proc.start()
+            try:
+                self.proc.start()
+            except (EOFError, ConnectionError):  # the forkserver died (a stop signal before it ignored one):
+                self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
+                                        daemon=True, name="acesql-executor")
+                self.proc.start()  # multiprocessing starts a new one
         child.close()
         self.tasks: dict[int, _Task] = {}  # assigned and not fully answered, by sequence number
         self.pending: deque[tuple] = deque()  # their items in answer order; the first is next to answer
@@ -465,3 +481,20 @@ def __getattr__(name: str):
 
 
 atexit.register(shutdown_pool, 5.0)
+
+
+def _in_forkserver() -> bool:
+    """True in the forkserver process, which imports this module before it serves (`set_forkserver_preload`):
+    multiprocessing starts it as `python -c "from multiprocessing.forkserver import main; ..."`."""
+    import sys
+    return sys.argv == ["-c"] and "multiprocessing.forkserver" in sys.modules
+
+
+if _in_forkserver():
+    # The forkserver sits in its owner's process group, which torchrun's SIGTERM to a rank reaches: killed, it would
+    # fail the next worker's start (EOFError in multiprocessing) and with it the rank's SQL. The stop is the owner's
+    # to handle; the forkserver leaves when its owner closes its end (multiprocessing's own rule), and the workers
+    # it forks inherit the ignored SIGTERM.
+    import signal as _signal
+
+    _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
