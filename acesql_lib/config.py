@@ -332,7 +332,8 @@ class SFTConfig:
     lr_scheduler_type: str = "cosine"  # §3.3
     warmup_ratio: Ratio = 0.05  # §3.3
     per_device_batch_size: PositiveInt = 4
-    gradient_accumulation_steps: PositiveInt = 4  # effective batch 64 on 4 GPUs (§3.3)
+    effective_batch_size: PositiveInt = 64  # §3.3: samples per optimizer step, over all processes
+    gradient_accumulation_steps: NonNegativeInt = 0  # 0: derived from effective_batch_size (`accumulation`)
     num_epochs: PositiveFloat = 2.0  # §3.3
     max_length: PositiveInt = 4096  # §3.3 cutoff
     bf16: bool = True  # §3.3
@@ -347,6 +348,18 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         _validate_fields(self, "sft")
+
+    def accumulation(self, processes: int) -> int:
+        """Micro-batches per optimizer step on `processes` ranks: `gradient_accumulation_steps` when set, else
+        what reaches `effective_batch_size` (4 per device: 4 on 4 GPUs, 16 on one GPU, both 64 samples)."""
+        if self.gradient_accumulation_steps:
+            return self.gradient_accumulation_steps
+        per_step = self.per_device_batch_size * processes
+        if self.effective_batch_size % per_step:
+            raise ConfigError(f"sft.effective_batch_size: {self.effective_batch_size} is not a multiple of "
+                              f"sft.per_device_batch_size x processes = {self.per_device_batch_size} x {processes}; "
+                              f"change one, or set sft.gradient_accumulation_steps")
+        return self.effective_batch_size // per_step
 
 
 

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import os
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -259,7 +260,7 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
         lr_scheduler_type=cfg.lr_scheduler_type,  # §3.3: cosine
         warmup_steps=cfg.warmup_ratio,  # §3.3: 5%; transformers 5 reads a float < 1 as a ratio of all steps
         per_device_train_batch_size=cfg.per_device_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        gradient_accumulation_steps=cfg.accumulation(_launched_processes()),  # §3.3: 64 samples a step
         num_train_epochs=cfg.num_epochs,  # §3.3: 2
         max_steps=steps if steps and steps > 0 else -1,
         max_length=cfg.max_length,  # §3.3: 4096-token cutoff
@@ -279,6 +280,11 @@ def trl_config(cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = N
         train_sampling_strategy="group_by_length" if group_by_length else "random",
         disable_tqdm=False,
     )
+
+
+def _launched_processes() -> int:
+    """The ranks of this launch (`accelerate launch` sets WORLD_SIZE; a plain process is one)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
@@ -436,7 +442,10 @@ def _main(argv: Sequence[str] | None) -> SFTResult:
             tokenizer.save_pretrained(args.output)
     elif trainer.is_world_process_zero():
         save_model(result.model, tokenizer, args.output)
-    print(json.dumps({"train_loss": result.train_loss, "steps": result.steps, "seconds": round(result.seconds, 1)}))
+    a = trainer.args  # samples per optimizer step over the launch's ranks (§3.3: 64)
+    batch = a.per_device_train_batch_size * a.gradient_accumulation_steps * a.world_size
+    print(json.dumps({"train_loss": result.train_loss, "steps": result.steps, "seconds": round(result.seconds, 1),
+                      "batch": batch}))
     return result
 
 

@@ -43,19 +43,22 @@ def launch(accelerate_config: str, module: str, *args: str) -> list[str]:
     return accelerate_launch(accelerate_config, "-m", module, *args)
 
 
-def test_sft_launch_runs_two_processes(run, tmp_path):
+def test_sft_launch_runs_two_processes_and_reaches_its_effective_batch_by_accumulation(run, tmp_path):
     world = TinyWorld(run.parent / "world")
     examples = list(load_synsql(world.train_json, world.train_db_root))[:16]
     samples, _ = gold_samples(examples, schemas_for(examples, n_values=0), style="paper")
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(s) + "\n" for s in samples))
     out = tmp_path / "sft"
-    cmd = launch(CFG.sft.accelerate_config, "acesql_lib.sft", "--config", "rehearsal", "--samples", str(path),
+    config = tmp_path / "sft.yaml"  # the accumulation derived from the effective batch, as the paper profile does
+    config.write_text("inherits: rehearsal\nsft:\n  effective_batch_size: 16\n  gradient_accumulation_steps: 0\n")
+    cmd = launch(CFG.sft.accelerate_config, "acesql_lib.sft", "--config", str(config), "--samples", str(path),
                  "--output", str(out), "--model", str(run / "models" / "sft"), "--max-steps", "2")
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["steps"] == 2
+    assert result["batch"] == 16  # 4 per device x 2 accumulated x 2 ranks
     assert (out / "config.json").exists() and list(out.glob("*.safetensors"))
 
 

@@ -262,3 +262,29 @@ def test_packed_grpo_rows_are_a_warning_at_the_paper_lengths_and_a_note_at_the_t
     tiny_shape = {"num_attention_heads": tiny_cfg.model.tiny.num_heads}
     tiny = packed_rows_check(tiny_cfg, tiny_shape)
     assert tiny.status == INFO and f"{2048 + 4 * 96:,} positions" in tiny.detail
+
+
+def test_sft_reaches_the_papers_batch_of_64_on_one_gpu_by_accumulation_and_says_how():
+    """§3.3's effective batch of 64: 4 per device x 4 accumulated x 4 GPUs under the launch, x 16 accumulated in
+    one process; a GPU count that cannot reach it FAILs naming the settings; an explicit accumulation that misses
+    it WARNs. TRL's own config receives the derived accumulation (the launch: tests/test_launches.py)."""
+    import dataclasses
+
+    from acesql_lib.config import ConfigError
+    from acesql_lib.preflight import FAIL, sft_batch
+    from acesql_lib.sft import trl_config
+
+    sft = load_config("paper").sft
+    assert (sft.effective_batch_size, sft.per_device_batch_size, sft.gradient_accumulation_steps) == (64, 4, 0)
+    row, accumulation = sft_batch(sft, 4)
+    assert row.status == INFO and accumulation == 4
+    assert "4 per device x 4 accumulated x 4 process(es) = 64" in row.detail
+    assert "4 per device x 16 accumulated x 1 process(es) = 64" in row.detail
+    row, _ = sft_batch(sft, 3)
+    assert row.status == FAIL and "sft.effective_batch_size" in row.detail and "4 x 3" in row.detail
+    with pytest.raises(ConfigError, match="sft.per_device_batch_size"):
+        sft.accumulation(3)
+    fixed = dataclasses.replace(sft, gradient_accumulation_steps=4)
+    assert sft_batch(fixed, 1)[0].status == WARN  # 16 samples a step where the paper takes 64
+    assert "WORLD_SIZE" not in os.environ
+    assert trl_config(sft, "unused-output").gradient_accumulation_steps == 16  # one process: TRL's own config
