@@ -236,7 +236,7 @@ BOUNDED = list(_bounded_fields())
 
 def test_the_bounds_are_declared_on_the_fields():
     names = {f"{s}.{n}" for s, n, _ in BOUNDED}
-    # the checks that were written by hand before are all declared now
+    # every bounded setting declares its bound on its field
     assert {"grpo.gamma", "grpo.val_samples", "grpo.max_prompt_tokens", "data.values_min_match", "sft.warmup_ratio",
             "engine.gpu_memory_utilization", "distill.vote_threshold", "model.tiny.think_extra"} <= names
     assert len(BOUNDED) >= 60
