@@ -1,10 +1,10 @@
 """Independent jobs run side by side in worker processes, with the numbers of one process.
 
 Why processes: a small model decodes at the speed of Python, one decoding step at a time, so a second process
-uses the cores that the first leaves idle between its short parallel sections (benchmarks/README.md, "Worker
-processes"). Each worker keeps this process's torch thread count, because the numbers depend on it: a reduction
-over a long vector (PCGrad's dot products and norms) splits its sum by thread, so a variant trained at one thread
-differs from one trained at two in the last bits of its gradients. At the same thread count a job run in its own
+uses the cores that the first leaves idle between its short parallel sections (benchmarks/README.md, "Pipeline
+time"). Each worker keeps this process's torch thread count, because the numbers depend on it: a reduction over a
+long vector (PCGrad's dot products and norms) splits its sum by thread, so a variant trained at one thread differs
+from one trained at two in the last bits of its gradients. At the same thread count a job run in its own
 process gives, bit for bit, what it gives after other jobs in one process. The workers' OpenMP threads wait
 passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they compute: spinning, two workers
 of two threads on 2 cores burn the cores each other needs and take longer than one process. Where several workers
