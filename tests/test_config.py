@@ -131,7 +131,7 @@ def test_the_paper_profile_schedules_and_orders_as_the_authors_and_tiny_keeps_it
     assert (paper.val_retriever_samples, paper.val_samples) == (8, 8)  # RL/trainer/validation_correct.py
     assert (tiny.val_retriever_samples, tiny.val_samples) == (1, 8)
     assert (paper.schedule, paper.data_order, paper.data_seed) == ("authors", "authors", 1)
-    assert (tiny.schedule, tiny.data_order) == ("kit", "kit")  # the tiny profile keeps the kit's (its results block is measured with them)
+    assert (tiny.schedule, tiny.data_order) == ("kit", "kit")  # the tiny results block is measured with these
     assert (GRPOConfig().schedule, GRPOConfig().data_order, GRPOConfig().data_seed) == ("authors", "authors", 1)
 
 
