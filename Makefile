@@ -26,7 +26,7 @@ REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
 # uv installs the pins from pip's own package sources (scripts/install_requirements.py: the same packages,
 # faster; ACESQL_INSTALLER=pip for pip alone), byte-compiled as pip compiles them: where
 # PYTHONDONTWRITEBYTECODE is set, as in many CI images, Python would otherwise compile torch and transformers
-# again in every process it starts (the test suite took 1,380 s against 955 s).
+# again in every process it starts, which slows the test suite by about half.
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml scripts/install_requirements.py
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PYTHON) scripts/install_requirements.py $(PY) -r requirements-dev.txt

@@ -13,7 +13,7 @@ from . import progress  # noqa: F401  (before any module takes tqdm.auto's bar)
 try:
     __version__ = version("acesql-lib")
 except PackageNotFoundError:  # run from a checkout without `pip install -e .`
-    __version__ = "0.1.0"
+    __version__ = "0.2.0"
 
 # The public names and the module each lives in (its one home).
 PUBLIC = {

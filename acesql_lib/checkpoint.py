@@ -9,7 +9,7 @@ Under FSDP the model and the optimizer go through torch's distributed checkpoint
 rank writes its own shards and reads them back, so no process ever holds the whole optimizer state
 (for Qwen3-8B, Adam's moments alone are 65 GB). Otherwise one process writes `model/` (a model folder)
 and `optimizer.pt`. A checkpoint of either kind resumes under the other (a sharded one on one process,
-or the gathered layout of earlier versions under FSDP).
+or a gathered one, `model/` and `optimizer.pt`, under FSDP).
 """
 from __future__ import annotations
 

@@ -259,30 +259,29 @@ class EngineConfig:
     enable_thinking: bool = True  # §2: thinking on
     max_model_len: PositiveInt = 6144  # prompt 4096 + response 2048 (§4.11)
     hf_batch_size: PositiveInt = 64  # sequences per HF generate call when sampling (each batch draws on from the last)
-    # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching (the tiny
-    # run's 400 evaluation questions: every prediction the same at 64 and 200, 1.39x faster; benchmarks/README.md)
+    # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching, so larger
+    # calls change no prediction and spend less time per question (benchmarks/README.md)
     hf_greedy_batch_size: PositiveInt = 64
     # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
     # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster
     # (benchmarks/hf_generate_speed.py), else dynamic. The kit's loop (`hf_drop_finished`) keeps its own cache, which
     # grows in place (`engines.in_place_cache`)
     hf_cache: HFCache = "auto"
-    # batch prompts of similar token length together (less left padding): sampled rollouts 9.64 -> 8.43 s with the
-    # static cache, greedy unchanged (benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets,
-    # so off keeps a run's samples as they were
+    # batch prompts of similar token length together (less left padding; faster sampling, greedy unchanged:
+    # benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets, so it is off and a run's
+    # samples do not depend on it
     hf_sort_by_length: bool = False
     # the n samples of a prompt share one prefill of it (its KV cache copied to each sample) instead of n: the same
-    # tokens (the tiny distillation's 768 samples of 64 questions all equal), sampled rollouts 1.3-1.5x faster
-    # (benchmarks/hf_generate_speed.py)
+    # tokens, less prefill work for sampled rollouts (benchmarks/hf_generate_speed.py)
     hf_share_prefix: bool = True
     # with `hf_share_prefix`, prompts of one call that open with the same tokens, this many or more (one database's
     # schema before its questions), also share one prefill of that opening where it is less work
-    # (`HFEngine._shared_prefix`); 0 = only a prompt's own samples share. The tiny run's greedy evaluation 1.2x, its
-    # retriever pass 2x, every prediction and sample the same (benchmarks/README.md)
+    # (`HFEngine._shared_prefix`); 0 = only a prompt's own samples share. Every prediction and sample the same; the
+    # retriever's prompts, which open with their database's schema, gain most (benchmarks/README.md)
     hf_shared_opening_min: NonNegativeInt = 32
     # decoding, greedy and sampled, drops a row from the batch once it has ended (the kit's loop, `HFEngine._decode`)
-    # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, greedy
-    # evaluation 1.16x, sampled rollouts 1.30x (benchmarks/hf_generate_speed.py)
+    # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, fewer rows
+    # decoded per step (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
     # Independent jobs that sample run this many at a time in worker processes, each job with its own model and engine
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;

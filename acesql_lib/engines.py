@@ -310,7 +310,7 @@ class HFEngine(Engine):
     and results come back in prompt order. `cache` (for `generate`, when `drop_finished` is off): "static"
     preallocates the KV cache (no copy per new token, but every step attends over the whole preallocated length),
     "dynamic" is transformers' default, "auto" is static for greedy decoding on CPU and dynamic otherwise
-    (benchmarks/hf_generate_speed.py: static 1.04x dynamic on the greedy evaluation, 0.95x on sampled rollouts).
+    (benchmarks/hf_generate_speed.py: static is a little faster on the greedy evaluation, slower on sampling).
     With `grouped_kv`, on CPU, the grouped key/value heads go to torch's attention as they are (`gqa_attention`)
     instead of being copied per query head: the same numbers, less memory traffic. With `share_prefix`, the n
     samples of a prompt share one prefill of it, and prompts that open alike (one database's schema) one prefill of
@@ -371,8 +371,8 @@ class HFEngine(Engine):
         (`_prefix_groups`), each prompt's rest then prefilled after it, where that is less work
         (`_prefill_work`). The cache comes back laid out as the batch's left-padded rows, so `generate` runs only
         the last prompt token and the new ones; positions are the attention mask's running count, as `generate`
-        gives a left-padded row. The greedy evaluation of the tiny run's 200 `tiny_dev` questions: the retriever's
-        pass 2.8 -> 1.4 s, every prediction the same (benchmarks/README.md)."""
+        gives a left-padded row. Every prediction stays the same; the retriever's prompts, whose schema is most of
+        their tokens, gain most (benchmarks/README.md)."""
         firsts, owners = [], []  # the batch row of each distinct prompt, the distinct prompt of each row
         for i, r in enumerate(batch):
             if not firsts or r // n != batch[firsts[-1]] // n:

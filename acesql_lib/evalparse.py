@@ -70,7 +70,7 @@ def parse_retriever_eval(text: str, schema: Any, truncated: bool = False, parser
     """The column set evaluation prunes the schema with (`eval.retriever_parser`).
 
     "authors": the authors' evaluation pipeline (module docstring); the format flags are those
-    of their training gate, reported only. "kit": the kit's training parser, as before.
+    of their training gate, reported only. "kit": the kit's training parser (prompts.parse_retriever).
     """
     if parser == "kit":
         return parse_retriever(text, schema, truncated, prefilled_think, rules="kit")

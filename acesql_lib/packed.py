@@ -9,9 +9,9 @@ completion of it one after the other:
 
 A completion token sees the prompt and its own earlier tokens only (a 4-D attention mask), and its
 position ids continue from the prompt's end as in generation, so each token's log-probability is the
-one the padded layout gives, up to float rounding (the sums run over other lengths). On a tiny run's
-own rollouts (16 samples of 4 prompts per role) the retriever's forward and backward pass take 0.35x
-the time, the generator's 0.66x (benchmarks/packed_update.py).
+one the padded layout gives, up to float rounding (the sums run over other lengths). Each prompt is
+computed once instead of once per sample, so the forward and backward passes take less time, most for
+the retriever, whose schema prompts are long beside its completions (benchmarks/README.md).
 
 The mask is dense: a row of length L costs L x L per attention head, so the layout suits short
 completions (the tiny and CPU profiles). At the paper's lengths (a 4,096-token prompt and 8 x 2,048

@@ -20,7 +20,7 @@ Modes: "symmetric" (paper); "generator_dominant" (only g_ret is projected, g_gen
 scaled down, over all tensors at once, so that |g_ret| <= max_ratio * |g_gen| (0.3), then on each
 conflicting tensor only g_ret is projected onto the normal plane of g_gen, and g_gen is kept:
 g = s g_ret + (1 - s d / |g_gen|^2) g_gen; the norms behind s are summed over ranks when sharded,
-where the authors' code reads each rank's own shard); "norm_mean" (the kit's earlier reading: only on
+where the authors' code reads each rank's own shard); "norm_mean" (another reading of the paper: only on
 conflicting tensors, both gradients are rescaled to the MEAN of their two norms before the
 symmetric projection; non-conflicting tensors are summed as is); "none" (plain sum, the "w/o
 PCGrad" ablation; conflicts are still measured); "global" (beyond the paper: one dot product over

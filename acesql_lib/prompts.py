@@ -16,7 +16,7 @@ turns the messages into text. Styles (`model.prompt_style`):
   retriever template is filled question first, then schema, by plain replacement (so a question
   holding the text "{schema}" would get the schema too, as theirs does); the others in one pass.
   Their engine line is "SQLite".
-- "paper": the kit's own wording (before the authors' code was released), one layout for both roles
+- "paper": the kit's own wording, written from the paper alone, one layout for both roles
   (task, engine, schema, question, rules, output format); "tiny" shortens its instruction sentences
   so CPU sequences stay short (the tiny profile). Training and evaluation use the same text.
 

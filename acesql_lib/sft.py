@@ -118,7 +118,7 @@ class _JsonlLog(TrainerCallback):
 def length_split(inputs: dict[str, Any], parts: int) -> list[dict[str, Any]]:
     """A right-padded batch cut into `parts` row groups of similar length, each trimmed to its longest row.
 
-    Rows are sorted by length before the cut, so a group of short rows no longer carries the padding
+    Rows are sorted by length before the cut, so a group of short rows does not carry the padding
     of the batch's longest row. With right padding and a causal mask the real tokens never see the
     padding, so the logits of every real token are the same as in the whole batch.
     """

@@ -1,23 +1,22 @@
 """Independent jobs run side by side in worker processes, with the numbers of one process.
 
 Why processes: a small model decodes at the speed of Python, one decoding step at a time, so a second process
-uses the cores that the first leaves idle between its short parallel sections (two ablation variants at once on
-2 cores: 68 s against 88 s one after the other). Each worker keeps this process's torch thread count, because the
-numbers depend on it: a reduction over a long vector (PCGrad's dot products and norms) splits its sum by thread,
-so a variant trained at one thread differs from one trained at two in the last bits of its gradients. At the same
-thread count a job run in its own process gives, bit for bit, what it gives after other jobs in one process. The
-workers' OpenMP threads wait passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they
-compute: spinning, two workers of two threads on 2 cores took 182 s where passive ones took 68 s. Where several
-workers share the cores, each decodes with the HF engine at its share of this process's threads (`DECODE_THREADS`
-in its environment, read by `engines.decode_threads`; decoded tokens do not depend on the thread count) and keeps
-them all for the rest: notebook 06's variants 105.5 -> 98.9 s, the distillation's generation 65.3 -> 58.0 s summed
-over its workers, every result the same.
+uses the cores that the first leaves idle between its short parallel sections (benchmarks/README.md, "Pipeline
+time"). Each worker keeps this process's torch thread count, because the numbers depend on it: a reduction over a
+long vector (PCGrad's dot products and norms) splits its sum by thread, so a variant trained at one thread differs
+from one trained at two in the last bits of its gradients. At the same thread count a job run in its own
+process gives, bit for bit, what it gives after other jobs in one process. The workers' OpenMP threads wait
+passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they compute: spinning, two workers
+of two threads on 2 cores burn the cores each other needs and take longer than one process. Where several workers
+share the cores, each decodes with the HF engine at its share of this process's threads (`DECODE_THREADS` in its
+environment, read by `engines.decode_threads`; decoded tokens do not depend on the thread count), so no worker
+waits on a thread whose core another worker holds, and keeps them all for the rest; every result the same.
 
 A job is a function of the kit named `module:function` and its keyword arguments, written to a job file (a pickle
 of both). A worker, `python -m acesql_lib.workers`, reads job files' paths on its standard input, one per line,
 and runs them one after another in the same process: it starts and imports torch and the kit once, not once per
-job (3-5 s each on the 2-core CPU). For each job it sends its output to the job's log, which a failure quotes,
-and writes the function's result beside the job file. An error or an interrupt stops the other workers.
+job (the imports take seconds on a small CPU). For each job it sends its output to the job's log, which a failure
+quotes, and writes the function's result beside the job file. An error or an interrupt stops the other workers.
 `python -m acesql_lib.workers JOB_FILE` runs one job.
 """
 from __future__ import annotations

@@ -16,14 +16,14 @@ prompt for its n samples; `auto_cache` adds the static cache for greedy decoding
 decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `copying_cache`
 is the defaults with transformers' dynamic cache in that loop (copied whole at every step) instead of the kit's
 cache that grows in place; `no_openings` the defaults with every prompt prefilled whole (prompts that open with
-one database's schema no longer share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
+one database's schema do not share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
 by torch's `exponential_`; `default` is what `EngineConfig` sets. (`+shared_prefix`, `auto_cache` and
-`+drop_finished` share only a prompt's own samples' prefill, as when they were measured.) Greedy calls take
-`--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B C D, A B C D,
-...) so a load change on a shared machine hits them alike; the table gives the median seconds, tokens/s and the
-ratio to the first variant, and whether the outputs equal the first variant's: greedy, every pass's parsed output
-and token count; sampled, every sample's tokens (the seeded draws follow the batch order, so `+sorted` draws
-others).
+`+drop_finished` share only a prompt's own samples' prefill, so each adds one lever to the one before it.)
+Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B
+C D, A B C D, ...) so a load change on a shared machine hits them alike; the table gives the median seconds,
+tokens/s and the ratio to the first variant, and whether the outputs equal the first variant's: greedy, every
+pass's parsed output and token count; sampled, every sample's tokens (the seeded draws follow the batch order, so
+`+sorted` draws others).
 
     python benchmarks/hf_generate_speed.py --questions 64 --rounds 2
     -> reports/benchmarks/hf_generate_speed.json
@@ -62,7 +62,7 @@ VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.
     # the defaults with transformers' dynamic cache in the kit's loop, copied whole at every step, instead of one
     # that grows in place
     "copying_cache": dict(grow_in_place=False),
-    # the defaults but every prompt prefilled whole: prompts that open alike (one database's schema) no longer share
+    # the defaults but every prompt prefilled whole: prompts that open alike (one database's schema) do not share
     # one prefill of their opening (`engine.hf_shared_opening_min` 0)
     "no_openings": dict(shared_opening_min=0),
     # the defaults with the sampler's noise drawn by torch's `exponential_` (scalar code) instead of

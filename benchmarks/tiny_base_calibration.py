@@ -3,7 +3,7 @@
 One build of the tiny base model with the profile's settings, evaluated on the first `--questions`
 dev questions every `--every` steps (retriever -> pruned schema -> generator, BIRD set EX, plus the
 generator on the gold schema). The curve goes to <out>/calibration.jsonl and calibration.png; the
-issue's target for the base model is 10-60% EX.
+profile's design target for the base model is 10-60% EX.
 
     python benchmarks/tiny_base_calibration.py --steps 800 --every 100 --set model.tiny.num_layers=4
 """

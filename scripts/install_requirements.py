@@ -6,9 +6,8 @@
 `make venv` and scripts/setup_vllm_cpu.sh install through this script. PIP_INSTALL_ARGS are those of
 `pip install` that `uv pip install` shares (-r FILE, -c FILE, --extra-index-url URL, NAME==VERSION).
 
-Why uv: it installs the same packages as pip, faster (the main environment 27 s against 71 s; both environments
-as `make test` builds them, side by side, 62-73 s against 101 s; benchmarks/README.md), most of `make test`'s
-set-up on a fresh clone.
+Why uv: it installs the same packages as pip in less time (benchmarks/README.md, "Environments installed by
+uv"), and installing is most of `make test`'s set-up on a fresh clone.
 
 What makes it install what pip would: uv does not read pip's configuration, so the sources pip is configured
 with (`pip config list`: its files and PIP_* variables) are handed over. Those are the find-links folders,

@@ -117,7 +117,7 @@ def test_the_command_line_never_shows_a_traceback(big_root, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 30: the scoring rules, each against a reimplementation of its release on constructed predictions
+# The scoring rules, each against a reimplementation of its release on constructed predictions
 
 SEP = BIRD_SEPARATOR
 

@@ -131,7 +131,7 @@ def test_the_paper_profile_schedules_and_orders_as_the_authors_and_tiny_keeps_it
     assert (paper.val_retriever_samples, paper.val_samples) == (8, 8)  # RL/trainer/validation_correct.py
     assert (tiny.val_retriever_samples, tiny.val_samples) == (1, 8)
     assert (paper.schedule, paper.data_order, paper.data_seed) == ("authors", "authors", 1)
-    assert (tiny.schedule, tiny.data_order) == ("kit", "kit")  # the tiny README numbers predate the authors' rounding
+    assert (tiny.schedule, tiny.data_order) == ("kit", "kit")  # the tiny results block is measured with these
     assert (GRPOConfig().schedule, GRPOConfig().data_order, GRPOConfig().data_seed) == ("authors", "authors", 1)
 
 
@@ -236,7 +236,7 @@ BOUNDED = list(_bounded_fields())
 
 def test_the_bounds_are_declared_on_the_fields():
     names = {f"{s}.{n}" for s, n, _ in BOUNDED}
-    # the checks that were written by hand before are all declared now
+    # every bounded setting declares its bound on its field
     assert {"grpo.gamma", "grpo.val_samples", "grpo.max_prompt_tokens", "data.values_min_match", "sft.warmup_ratio",
             "engine.gpu_memory_utilization", "distill.vote_threshold", "model.tiny.think_extra"} <= names
     assert len(BOUNDED) >= 60

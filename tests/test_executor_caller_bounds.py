@@ -47,7 +47,7 @@ def test_sixteen_million_tiny_rows_never_reach_the_caller(db):
 
 def test_the_byte_cap_counts_rows_as_the_caller_holds_them(db):
     """One row more than a 1 MB cap allows at HELD_ROW_BYTES + a value's cost is too_large, one row
-    fewer is ok; the same rows scored in a worker (never sent back) are counted as before and compared."""
+    fewer is ok; the same rows scored in a worker (never sent back) are counted by their values alone and compared."""
     cap = 1_000_000
     n = cap // (HELD_ROW_BYTES + 32) + 1
     many = f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {n}) SELECT 1 FROM c"

@@ -347,7 +347,7 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
 
 def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_count(rl_template, tmp_path, monkeypatch):
     """accelerate's prepared scheduler steps num_processes times per call; ours must step once, so the
-    warm-up of a 4-rank launch takes as many optimizer steps as a 1-process run's (issue: 4x warm-up)."""
+    warm-up of a 4-rank launch takes as many optimizer steps as a 1-process run's (not a quarter of them)."""
     import accelerate.scheduler
 
     class FourRanks:  # what accelerate's scheduler wrapper reads of a 4-process launch

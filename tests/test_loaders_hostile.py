@@ -85,7 +85,7 @@ def test_a_database_missing_from_tables_json_is_flagged_at_load_time(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 30, loaders: deep nesting, db_ids that are paths, list db_ids, prediction keys, the separator
+# Loaders: deep nesting, db_ids that are paths, list db_ids, prediction keys, the separator
 
 
 def test_deeply_nested_json_is_an_error_naming_the_file_not_a_recursion_error(tmp_path):

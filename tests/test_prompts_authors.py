@@ -1,4 +1,4 @@
-"""The authors' prompts byte for byte (issue 27, point 2), and the kit's own styles unchanged.
+"""The authors' prompts byte for byte, and the kit's own styles unchanged.
 
 References:
 - `fixtures/authors/validation.parquet`: the authors' 40 RL validation rows; each row's user message
@@ -6,8 +6,8 @@ References:
 - `fixtures/authors/reference_prompts.json.gz`: for the same 40 rows, the prompts the authors' released
   code builds (see fixtures/authors/SOURCES.md): their training generator prompt and their evaluation
   retriever and generator prompts, for two column selections per row.
-- `fixtures/prompts_golden_kit.json`: the kit's "tiny" and "paper" prompts as the code before this
-  change built them (12 tiny-world questions through the tiny profile's task path, rendered with the
+- `fixtures/prompts_golden_kit.json`: the kit's "tiny" and "paper" prompts as recorded when the authors'
+  style was added (12 tiny-world questions through the tiny profile's task path, rendered with the
   shipped tiny base's chat template, and a Spider schema); those styles must not move by a byte.
 """
 from __future__ import annotations

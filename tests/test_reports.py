@@ -228,8 +228,8 @@ def test_runs_set_aside_as_stale_are_not_variants(built):
 
 
 def test_a_small_share_prints_as_itself_not_times_100(tmp_path, tiny_cfg):
-    """Issue 17: evaluate's shares are fractions and the tables print them in percent, whatever their size
-    (0.5% column exact match printed as 50% while shares were guessed from their value)."""
+    """evaluate's shares are fractions and the tables print them in percent, whatever their size (a share
+    guessed from its value would print 0.5% column exact match as 50%)."""
     run = tmp_path / "runs"
     m = write_eval(run, "rl", n_exact=1, n_alt=1)  # 1 of 200 exact (0.5%), 1 of 95 correct on another route
     metrics = tmp_path / "metrics"

@@ -4,10 +4,9 @@ to the values recorded in `fixtures/tinyworld_seed0_small.json`.
 Why: the generator is a package of several modules (specs, SQLite building, the route model,
 templates, questions, world). Moving code between them, or tidying it, must not change a single
 byte the world writes; `GENERATOR_VERSION` (which cached worlds are matched on) is a fixed string,
-so an unnoticed change in output would silently reuse stale worlds. The hashes were recorded from
-the single-file generator just before it was split into the package, so this test proves the split
-kept the output. A deliberate change in output must bump `GENERATOR_VERSION` and re-record the
-fixture (`python tests/test_tinyworld_golden.py --record`).
+so an unnoticed change in output would silently reuse stale worlds. The hashes pin the output, so
+this test fails when a change to the generator's code moves a byte. A deliberate change in output must
+bump `GENERATOR_VERSION` and re-record the fixture (`python tests/test_tinyworld_golden.py --record`).
 
 What is hashed: every JSON and CSV file byte for byte; every SQLite file as its SQL dump
 (`iterdump`: schema and rows). SQLite writes the library's version number into the file header

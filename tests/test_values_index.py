@@ -227,9 +227,9 @@ def _open_from_another_process(args) -> dict:
 def test_processes_building_one_cache_entry_at_once_all_succeed(shop_db, tmp_path):
     """Every rank of a launch opens the same values index on a fresh run folder: each builds it and renames
     its own build into place; none fails on another's half-written folder, none reads an empty index, one
-    entry remains, no leftovers (once all wrote one `.tmp` folder, and one rank's rename broke the other's
-    save; later a late rank moved the whole entry aside while another was loading it, and that one found no
-    `bm25` folder and returned no values)."""
+    entry remains, no leftovers (one shared `.tmp` folder would let one rank's rename break another's save,
+    and a late rank that moved the whole entry aside would leave a loading rank with no `bm25` folder and no
+    values)."""
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")

@@ -20,9 +20,8 @@ from .questions import Question, generate_questions, string_values
 from .specs import DB_SPECS
 from .templates import DbContext
 
-# Cached worlds are reused when their manifest names this version. It was the hash of the
-# single-file generator; bump it by hand whenever the output changes (tests/test_tinyworld_golden.py
-# pins the output, so a change that forgets the bump fails there).
+# Cached worlds are reused when their manifest names this version: bump it by hand whenever the output
+# changes (tests/test_tinyworld_golden.py pins the output, so a change that forgets the bump fails there).
 GENERATOR_VERSION = "3b1f2d7c9e0a4d55"
 DESCRIPTION = "The tiny benchmark world: a deterministic stand-in for SynSQL + BIRD that CPUs can train on."
 KIND = "acesql-tinyworld"

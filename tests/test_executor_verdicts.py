@@ -1,4 +1,4 @@
-"""Executor, second adversarial round (issue 30): a prediction cannot learn the gold, no call hangs,
+"""Executor verdicts under attack: a prediction cannot learn the gold, no call hangs,
 one deadline covers the whole verdict, and statements are refused by their parsed kind. Each class
 checks the database is unchanged where it runs SQL."""
 import hashlib
@@ -30,7 +30,7 @@ def sha(path) -> str:
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
     """A database without indexes: an AUTOINCREMENT table (so sqlite_sequence exists) and a view."""
-    path = tmp_path_factory.mktemp("round2") / "r2.sqlite"
+    path = tmp_path_factory.mktemp("verdicts") / "db.sqlite"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT, a TEXT, n INTEGER)")
     con.executemany("INSERT INTO t (a, n) VALUES (?, ?)", [(SECRET, 1)] + [(f"v{i}", i) for i in range(50)])
