@@ -143,9 +143,9 @@ class DataConfig:
     synsql_dir: str = "data/synsql"  # SynSQL-2.5M layout: data.json + databases/<db_id>/<db_id>.sqlite (§7)
     bird_dev_dir: str = "data/bird/dev_20240627"  # BIRD dev layout: dev.json, dev_tables.json, dev_databases/ (§7)
     spider_dir: str = "data/spider"  # Spider layout: dev.json, test.json, tables.json, test_tables.json, database/, test_database/ (§7)
-    spider_dk_dir: str = "data/spider_dk"  # Spider-DK layout: Spider-DK.json, its own tables.json, database/ (§7)
-    spider_syn_dir: str = "data/spider_syn"  # Spider-Syn layout: dev.json (SpiderSynQuestion); Spider's databases (§7)
-    spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic: spider-realistic.json; Spider's databases (§7)
+    spider_dk_dir: str = "data/spider_dk"  # Spider-DK layout (ygan/Spider-DK): Spider-DK.json, its own tables.json, database/ (§7)
+    spider_syn_dir: str = "data/spider_syn"  # Spider-Syn layout (ygan/Spider-Syn): dev.json (SpiderSynQuestion); Spider's databases (§7)
+    spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic (Zenodo 5205322): spider-realistic.json; Spider's databases (§7)
     layouts_from: LayoutsFrom = ""  # "" = the downloaded releases (paper); "tinyworld" = write every layout above from the tiny world (rehearsal)
     layouts_real_spider_dk: str = ""  # with layouts_from: a real Spider-DK folder (Spider-DK.json, tables.json, database/) merged into the Spider-DK layout
     max_train_examples: NonNegativeInt = 0  # 0 = all; a cap for quick runs
@@ -259,36 +259,31 @@ class EngineConfig:
     enable_thinking: bool = True  # §2: thinking on
     max_model_len: PositiveInt = 6144  # prompt 4096 + response 2048 (§4.11)
     hf_batch_size: PositiveInt = 64  # sequences per HF generate call when sampling (each batch draws on from the last)
-    # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching (the tiny
-    # run's 400 evaluation questions: every prediction the same at 64 and 200, 1.39x faster; benchmarks/README.md)
+    # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching, so a
+    # larger batch is faster and predicts the same
     hf_greedy_batch_size: PositiveInt = 64
     # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
-    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster
-    # (benchmarks/hf_generate_speed.py), else dynamic. The kit's loop (`hf_drop_finished`) keeps its own cache, which
-    # grows in place (`engines.in_place_cache`)
+    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster, else dynamic. The
+    # kit's loop (`hf_drop_finished`) keeps its own cache, which grows in place (`engines.in_place_cache`)
     hf_cache: HFCache = "auto"
-    # batch prompts of similar token length together (less left padding): sampled rollouts 9.64 -> 8.43 s with the
-    # static cache, greedy unchanged (benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets,
-    # so off keeps a run's samples as they were
+    # batch prompts of similar token length together (less left padding, faster sampling); it changes which seeded
+    # draw each row gets, so off keeps a run's samples as they were
     hf_sort_by_length: bool = False
     # the n samples of a prompt share one prefill of it (its KV cache copied to each sample) instead of n: the same
-    # tokens (the tiny distillation's 768 samples of 64 questions all equal), sampled rollouts 1.3-1.5x faster
-    # (benchmarks/hf_generate_speed.py)
+    # tokens, faster sampling
     hf_share_prefix: bool = True
     # with `hf_share_prefix`, prompts of one call that open with the same tokens, this many or more (one database's
     # schema before its questions), also share one prefill of that opening where it is less work
-    # (`HFEngine._shared_prefix`); 0 = only a prompt's own samples share. The tiny run's greedy evaluation 1.2x, its
-    # retriever pass 2x, every prediction and sample the same (benchmarks/README.md)
+    # (`HFEngine._shared_prefix`); 0 = only a prompt's own samples share. Every prediction and sample the same
     hf_shared_opening_min: NonNegativeInt = 32
     # decoding, greedy and sampled, drops a row from the batch once it has ended (the kit's loop, `HFEngine._decode`)
-    # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, greedy
-    # evaluation 1.16x, sampled rollouts 1.30x (benchmarks/hf_generate_speed.py)
+    # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, faster
     hf_drop_finished: bool = True
     # Independent jobs that sample run this many at a time in worker processes, each job with its own model and engine
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
     # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
     # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy
-    # evaluation is bound by memory instead, and notebook 05's three checkpoints took longer in two workers
+    # evaluation is bound by memory instead, so evaluation gains nothing from more workers
     workers: PositiveInt = 1
 
     def __post_init__(self) -> None:
@@ -444,6 +439,8 @@ class GRPOConfig:
 class EvalSet:
     name: str = "bird_dev"
     format: SetFormat = "bird"  # "bird" (set EX, §5) or "spider" (order-aware multiset, §5)
+    # The three paths may start with a data root in braces, `{spider_dir}` = data.spider_dir (`DATA_ROOTS`), filled in
+    # when a profile is loaded (`load_config`): a profile that moves the data changes the roots, never the sets
     path: str = ""  # questions file (dev.json)
     tables: str = ""  # tables.json
     db_root: str = ""  # folder with <db_id>/<db_id>.sqlite
@@ -460,18 +457,18 @@ class EvalSet:
 @dataclass
 class EvalConfig:
     sets: list[EvalSet] = field(default_factory=lambda: [
-        EvalSet("bird_dev", "bird", "data/bird/dev_20240627/dev.json", "data/bird/dev_20240627/dev_tables.json",
-                "data/bird/dev_20240627/dev_databases"),
-        EvalSet("spider_dev", "spider", "data/spider/dev.json", "data/spider/tables.json", "data/spider/database",
-                relevant_values=False),
-        EvalSet("spider_test", "spider", "data/spider/test.json", "data/spider/test_tables.json",
-                "data/spider/test_database", relevant_values=False),
-        EvalSet("spider_dk", "spider", "data/spider_dk/Spider-DK.json", "data/spider_dk/tables.json",
-                "data/spider_dk/database"),
-        EvalSet("spider_syn", "spider", "data/spider_syn/dev.json", "data/spider/tables.json", "data/spider/database",
+        EvalSet("bird_dev", "bird", "{bird_dev_dir}/dev.json", "{bird_dev_dir}/dev_tables.json",
+                "{bird_dev_dir}/dev_databases"),
+        EvalSet("spider_dev", "spider", "{spider_dir}/dev.json", "{spider_dir}/tables.json", "{spider_dir}/database",
+                relevant_values=False),  # the authors' Spider prompts show no relevant values
+        EvalSet("spider_test", "spider", "{spider_dir}/test.json", "{spider_dir}/test_tables.json",
+                "{spider_dir}/test_database", relevant_values=False),
+        EvalSet("spider_dk", "spider", "{spider_dk_dir}/Spider-DK.json", "{spider_dk_dir}/tables.json",
+                "{spider_dk_dir}/database"),
+        EvalSet("spider_syn", "spider", "{spider_syn_dir}/dev.json", "{spider_dir}/tables.json", "{spider_dir}/database",
                 "SpiderSynQuestion"),
-        EvalSet("spider_realistic", "spider", "data/spider_realistic/spider-realistic.json", "data/spider/tables.json",
-                "data/spider/database"),
+        EvalSet("spider_realistic", "spider", "{spider_realistic_dir}/spider-realistic.json", "{spider_dir}/tables.json",
+                "{spider_dir}/database"),
     ])  # §5: Table 1 (BIRD dev, Spider dev/test) and Table 3 (Spider-DK/Syn/Realistic)
     # §5 silent; the authors' evaluation scripts (EVAL/single_eval_maj.py, EVAL/spider_config.py): 8,192 new SQL
     # tokens, 4,096 retriever tokens, vLLM max_model_len 8,192 (training rollouts: 2,048 per role, 6,144)
@@ -627,15 +624,22 @@ def _inherited(raw: dict[str, Any], path: Path, chain: list[Path]) -> dict[str, 
     return _merge(parent, raw)
 
 
-def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
-    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
+def written_config(profile: str) -> Config:
+    """A profile as its files write it: the paper's defaults, the profiles it inherits, then its own keys, with
+    the data roots in eval-set paths still in braces and `engine.kind: auto` unresolved (`load_config` resolves
+    both)."""
     path = profile_path(profile)
     if not path.exists():
         raise ConfigError(f"{path}: profile not found (profiles: {', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
     raw = _read_profile(path)
     raw = _inherited(raw, path, [path])
     raw.setdefault("profile", path.stem)
-    cfg = _build(Config, raw, "", str(path))
+    return _build(Config, raw, "", str(path))
+
+
+def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
+    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
+    cfg = written_config(profile)
     if overrides:
         nested = _dotted_to_nested(overrides) if any("." in k for k in overrides) else overrides
         cfg = _build(Config, _merge(cfg.to_dict(), nested), "", "overrides")
