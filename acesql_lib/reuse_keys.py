@@ -57,19 +57,14 @@ def _package_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-def _module_file(root: Path, name: str) -> Path | None:
-    """The file of the package's module `name` ("grpo", "executor.batch"; a package: its `__init__.py`)."""
-    path = root.joinpath(*name.split("."))
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    return path / "__init__.py" if (path / "__init__.py").is_file() else None
-
-
-def _package_modules(root: Path, name: str) -> list[str]:
-    """Every module of the package `name`, its sub-packages' included."""
-    folder = root.joinpath(*name.split("."))
-    return sorted(".".join((name, *p.relative_to(folder).with_suffix("").parts)).removesuffix(".__init__")
-                  for p in folder.rglob("*.py"))
+def _module_files(root: Path) -> dict[str, Path]:
+    """Every module of the package at `root` by name ("grpo", "executor.batch"; a package: its `__init__.py`
+    under the package's name), its own `__init__` under ""."""
+    files = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
 
 
 ImportRecord = tuple[int, str, tuple[str, ...]]  # (relative level, module named, names imported from it)
@@ -100,21 +95,20 @@ def _import_records(path: Path) -> tuple[ImportRecord, ...]:
     return _IMPORTS[key]
 
 
-def _lazy_names(root: Path) -> dict[str, str]:
+def _lazy_names(init: Path | None) -> dict[str, str]:
     """The package's lazy public names and the module each is loaded from (`PUBLIC` in its `__init__`)."""
     import ast
 
-    if not (root / "__init__.py").is_file():
-        return {}
-    for node in ast.parse((root / "__init__.py").read_text()).body:
+    for node in ast.parse(init.read_text()).body if init else []:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PUBLIC" for t in node.targets):
             return ast.literal_eval(node.value)
     return {}
 
 
-def _imported_by(root: Path, name: str) -> set[str]:
-    """The package's modules that module `name` imports, and the packages above them (which run first)."""
-    path = _module_file(root, name)
+def _imported_by(name: str, files: dict[str, Path], package: str, lazy: dict[str, str]) -> set[str]:
+    """The modules of `package` (its modules' `files`, its `lazy` public names) that module `name` imports,
+    and the packages above them (which run first)."""
+    path = files[name]
     here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]  # the module's package
     found: set[str] = set()
     for level, module, names in _import_records(path):
@@ -122,19 +116,23 @@ def _imported_by(root: Path, name: str) -> set[str]:
             if level - 1 > len(here):
                 continue
             base = ".".join([*here[:len(here) - (level - 1)], *([module] if module else [])])
-        elif module == root.name or module.startswith(root.name + "."):
-            base = module[len(root.name) + 1:]
+        elif module == package or module.startswith(package + "."):
+            base = module[len(package) + 1:]
         else:
             continue  # another library
         found |= {base} if base else set()
         for imported in names:
             sub = f"{base}.{imported}" if base else imported
-            if _module_file(root, sub):
+            if sub in files:
                 found.add(sub)
-            elif not base and imported in _lazy_names(root):  # `from acesql_lib import RunContext`
-                found.add(_lazy_names(root)[imported])
+            elif not base and imported in lazy:  # `from acesql_lib import RunContext`
+                found.add(lazy[imported])
     parents = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 1)}
-    return {m for m in found | parents if _module_file(root, m)}
+    return {m for m in found | parents if m in files}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
 
 
 def imported_modules(*entry: str, leave_out: Iterable[str] = (), root: Path | None = None) -> tuple[str, ...]:
@@ -146,20 +144,19 @@ def imported_modules(*entry: str, leave_out: Iterable[str] = (), root: Path | No
     public names to their modules and sets how progress bars draw. `leave_out` names modules (or packages)
     that are neither counted nor followed."""
     root = Path(root) if root is not None else _package_dir()
+    files = _module_files(root)
     cut = tuple(leave_out)
     for name in (*entry, *cut):
-        if not _module_file(root, name):
+        if not name or name not in files:
             raise FileNotFoundError(f"reuse_keys: no module or package {name!r} in {root}")
-    left_out = lambda m: any(m == c or m.startswith(c + ".") for c in cut)  # noqa: E731
-    todo = [m for e in entry for m in ([e] if _module_file(root, e).name != "__init__.py"
-                                       else _package_modules(root, e))]
-    seen: set[str] = set()
+    todo = [m for e in entry for m in ([e] if files[e].name != "__init__.py" else [m for m in files if _within(m, e)])]
+    lazy, seen = _lazy_names(files.get("")), set()
     while todo:
         name = todo.pop()
-        if name in seen or left_out(name):
+        if name in seen or any(_within(name, c) for c in cut):
             continue
         seen.add(name)
-        todo += _imported_by(root, name) - seen
+        todo += _imported_by(name, files, root.name, lazy) - seen
     return tuple(sorted(seen))
 
 
@@ -168,8 +165,8 @@ def code_hash(*entry: str, leave_out: Iterable[str] = (), length: int = 16, root
     (`imported_modules`): part of the reuse key of an artefact that code builds, so a fresh clone of newer code
     never reuses an older build, and no module the code runs can be forgotten in the key."""
     root = Path(root) if root is not None else _package_dir()
-    modules = imported_modules(*entry, leave_out=leave_out, root=root)
-    return source_digest([_module_file(root, m) for m in modules], length)
+    files = _module_files(root)
+    return source_digest([files[m] for m in imported_modules(*entry, leave_out=leave_out, root=root)], length)
 
 
 def engine_key(engine: Any) -> dict[str, Any]:
