@@ -2,7 +2,8 @@
 
 Defaults are the paper's values (section of ../spec noted as "§" beside each field); where the
 paper is silent the field says UNKNOWN and names the kit's choice. Profiles in `configs/*.yaml`
-override these defaults with the same keys. Every field's type says what it accepts: a choice is a
+override these defaults with the same keys, each stating only what differs from what it inherits (the paper
+profile states nothing; tests/test_config.py fails on a repeated value). Every field's type says what it accepts: a choice is a
 `Literal`, a bound is pydantic's `Field` constraint (`PositiveInt`, `Share`, ...), and pydantic checks
 each value against its type in strict mode (nothing coerced but an int for a float) whenever a section
 is built, from a profile or in code; the few rules that tie two settings together stay in the section's
@@ -283,7 +284,7 @@ class EngineConfig:
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
     # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
     # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy
-    # evaluation is bound by memory instead, so evaluation gains nothing from more workers
+    # evaluation is bound by memory instead, so it runs in one process
     workers: PositiveInt = 1
 
     def __post_init__(self) -> None:
