@@ -347,7 +347,8 @@ EVAL_CODE = ("evaluate",)
 def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str, Any]:
     """Everything one evaluation's records depend on: the model (`models.model_tag`), the set and the
     bytes of its questions file, the evaluation, engine, schema-text and prompt settings, the seed and
-    the code (`EVAL_CODE` and what it imports). Two evaluations with equal keys give the same records (greedy decoding)."""
+    the code (`EVAL_CODE` and what it imports). Two evaluations with equal keys give the same records (greedy
+    decoding)."""
     from .models import model_tag
 
     questions = resolve(eval_set.path)  # relative to the repository, as `datasets.eval_examples` reads it

@@ -225,7 +225,8 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         # with the hold-out, filtering decides which questions the base is trained on
         "filtering": asdict(cfg.filtering) if cfg.model.tiny.holdout_stage1 else None,
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
-        "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*BUILD_ENTRY, leave_out=build_leaves_out(cfg)),
+        "torch": torch.__version__, "libraries": _library_versions(),
+        "code": code_hash(*BUILD_ENTRY, leave_out=build_leaves_out(cfg)),
         # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
         "torch_threads": torch.get_num_threads(),
     }
