@@ -106,7 +106,7 @@ def test_an_evaluations_key_follows_the_modules_it_runs(tmp_path):
 
     modules = imported_modules(*EVAL_CODE)
     assert {"evaluate", "rollouts", "routes", "evalparse", "engines", "prompts", "executor.compare"} <= set(modules)
-    assert not {"grpo", "reports", "stats"} & set(modules)  # training and the reports shape no prediction
+    assert not {"grpo", "reports"} & set(modules)  # training and the reports shape no prediction
     copy = _copy_of_the_package(tmp_path)
     key = code_hash(*EVAL_CODE, root=copy)
     (copy / "evalparse.py").write_text((copy / "evalparse.py").read_text() + "\nPARSED = 1\n")
