@@ -2,7 +2,8 @@
 
 Defaults are the paper's values (section of ../spec noted as "§" beside each field); where the
 paper is silent the field says UNKNOWN and names the kit's choice. Profiles in `configs/*.yaml`
-override these defaults with the same keys. Every field's type says what it accepts: a choice is a
+override these defaults with the same keys, each stating only what differs from what it inherits (the paper
+profile states nothing; tests/test_config.py fails on a repeated value). Every field's type says what it accepts: a choice is a
 `Literal`, a bound is pydantic's `Field` constraint (`PositiveInt`, `Share`, ...), and pydantic checks
 each value against its type in strict mode (nothing coerced but an int for a float) whenever a section
 is built, from a profile or in code; the few rules that tie two settings together stay in the section's
@@ -143,9 +144,9 @@ class DataConfig:
     synsql_dir: str = "data/synsql"  # SynSQL-2.5M layout: data.json + databases/<db_id>/<db_id>.sqlite (§7)
     bird_dev_dir: str = "data/bird/dev_20240627"  # BIRD dev layout: dev.json, dev_tables.json, dev_databases/ (§7)
     spider_dir: str = "data/spider"  # Spider layout: dev.json, test.json, tables.json, test_tables.json, database/, test_database/ (§7)
-    spider_dk_dir: str = "data/spider_dk"  # Spider-DK layout: Spider-DK.json, its own tables.json, database/ (§7)
-    spider_syn_dir: str = "data/spider_syn"  # Spider-Syn layout: dev.json (SpiderSynQuestion); Spider's databases (§7)
-    spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic: spider-realistic.json; Spider's databases (§7)
+    spider_dk_dir: str = "data/spider_dk"  # Spider-DK layout (ygan/Spider-DK): Spider-DK.json, its own tables.json, database/ (§7)
+    spider_syn_dir: str = "data/spider_syn"  # Spider-Syn layout (ygan/Spider-Syn): dev.json (SpiderSynQuestion); Spider's databases (§7)
+    spider_realistic_dir: str = "data/spider_realistic"  # Spider-Realistic (Zenodo 5205322): spider-realistic.json; Spider's databases (§7)
     layouts_from: LayoutsFrom = ""  # "" = the downloaded releases (paper); "tinyworld" = write every layout above from the tiny world (rehearsal)
     layouts_real_spider_dk: str = ""  # with layouts_from: a real Spider-DK folder (Spider-DK.json, tables.json, database/) merged into the Spider-DK layout
     max_train_examples: NonNegativeInt = 0  # 0 = all; a cap for quick runs
@@ -263,9 +264,8 @@ class EngineConfig:
     # calls change no prediction and spend less time per question (benchmarks/README.md)
     hf_greedy_batch_size: PositiveInt = 64
     # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
-    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster
-    # (benchmarks/hf_generate_speed.py), else dynamic. The kit's loop (`hf_drop_finished`) keeps its own cache, which
-    # grows in place (`engines.in_place_cache`)
+    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster, else dynamic. The
+    # kit's loop (`hf_drop_finished`) keeps its own cache, which grows in place (`engines.in_place_cache`)
     hf_cache: HFCache = "auto"
     # batch prompts of similar token length together (less left padding; faster sampling, greedy unchanged:
     # benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets, so it is off and a run's
@@ -287,7 +287,7 @@ class EngineConfig:
     # (acesql_lib/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
     # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
     # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy
-    # evaluation is bound by memory instead, and notebook 05's three checkpoints took longer in two workers
+    # evaluation is bound by memory instead, so it runs in one process
     workers: PositiveInt = 1
 
     def __post_init__(self) -> None:
@@ -456,6 +456,8 @@ class GRPOConfig:
 class EvalSet:
     name: str = "bird_dev"
     format: SetFormat = "bird"  # "bird" (set EX, §5) or "spider" (order-aware multiset, §5)
+    # The three paths may start with a data root in braces, `{spider_dir}` = data.spider_dir (`DATA_ROOTS`), filled in
+    # when a profile is loaded (`load_config`): a profile that moves the data changes the roots, never the sets
     path: str = ""  # questions file (dev.json)
     tables: str = ""  # tables.json
     db_root: str = ""  # folder with <db_id>/<db_id>.sqlite
@@ -472,18 +474,18 @@ class EvalSet:
 @dataclass
 class EvalConfig:
     sets: list[EvalSet] = field(default_factory=lambda: [
-        EvalSet("bird_dev", "bird", "data/bird/dev_20240627/dev.json", "data/bird/dev_20240627/dev_tables.json",
-                "data/bird/dev_20240627/dev_databases"),
-        EvalSet("spider_dev", "spider", "data/spider/dev.json", "data/spider/tables.json", "data/spider/database",
-                relevant_values=False),
-        EvalSet("spider_test", "spider", "data/spider/test.json", "data/spider/test_tables.json",
-                "data/spider/test_database", relevant_values=False),
-        EvalSet("spider_dk", "spider", "data/spider_dk/Spider-DK.json", "data/spider_dk/tables.json",
-                "data/spider_dk/database"),
-        EvalSet("spider_syn", "spider", "data/spider_syn/dev.json", "data/spider/tables.json", "data/spider/database",
+        EvalSet("bird_dev", "bird", "{bird_dev_dir}/dev.json", "{bird_dev_dir}/dev_tables.json",
+                "{bird_dev_dir}/dev_databases"),
+        EvalSet("spider_dev", "spider", "{spider_dir}/dev.json", "{spider_dir}/tables.json", "{spider_dir}/database",
+                relevant_values=False),  # the authors' Spider prompts show no relevant values
+        EvalSet("spider_test", "spider", "{spider_dir}/test.json", "{spider_dir}/test_tables.json",
+                "{spider_dir}/test_database", relevant_values=False),
+        EvalSet("spider_dk", "spider", "{spider_dk_dir}/Spider-DK.json", "{spider_dk_dir}/tables.json",
+                "{spider_dk_dir}/database"),
+        EvalSet("spider_syn", "spider", "{spider_syn_dir}/dev.json", "{spider_dir}/tables.json", "{spider_dir}/database",
                 "SpiderSynQuestion"),
-        EvalSet("spider_realistic", "spider", "data/spider_realistic/spider-realistic.json", "data/spider/tables.json",
-                "data/spider/database"),
+        EvalSet("spider_realistic", "spider", "{spider_realistic_dir}/spider-realistic.json", "{spider_dir}/tables.json",
+                "{spider_dir}/database"),
     ])  # §5: Table 1 (BIRD dev, Spider dev/test) and Table 3 (Spider-DK/Syn/Realistic)
     # §5 silent; the authors' evaluation scripts (EVAL/single_eval_maj.py, EVAL/spider_config.py): 8,192 new SQL
     # tokens, 4,096 retriever tokens, vLLM max_model_len 8,192 (training rollouts: 2,048 per role, 6,144)
@@ -639,15 +641,22 @@ def _inherited(raw: dict[str, Any], path: Path, chain: list[Path]) -> dict[str, 
     return _merge(parent, raw)
 
 
-def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
-    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
+def written_config(profile: str) -> Config:
+    """A profile as its files write it: the paper's defaults, the profiles it inherits, then its own keys, with
+    the data roots in eval-set paths still in braces and `engine.kind: auto` unresolved (`load_config` resolves
+    both)."""
     path = profile_path(profile)
     if not path.exists():
         raise ConfigError(f"{path}: profile not found (profiles: {', '.join(sorted(p.stem for p in CONFIG_DIR.glob('*.yaml')))})")
     raw = _read_profile(path)
     raw = _inherited(raw, path, [path])
     raw.setdefault("profile", path.stem)
-    cfg = _build(Config, raw, "", str(path))
+    return _build(Config, raw, "", str(path))
+
+
+def load_config(profile: str = "tiny", overrides: dict[str, Any] | None = None) -> Config:
+    """Paper defaults, then the profile's YAML, then `overrides` ({"grpo.gamma": 0.7} or nested)."""
+    cfg = written_config(profile)
     if overrides:
         nested = _dotted_to_nested(overrides) if any("." in k for k in overrides) else overrides
         cfg = _build(Config, _merge(cfg.to_dict(), nested), "", "overrides")

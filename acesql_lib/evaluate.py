@@ -338,16 +338,17 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
     return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
 
 
-# What an evaluation's outputs depend on besides settings: the code that loads, prompts, generates,
-# parses, executes and scores (a change to any of them evaluates afresh)
-EVAL_CODE = ("evaluate", "rollouts", "task", "prompts", "engines", "evalparse", "executor", "schema", "values_index",
-             "sqlcolumns", "routes", "datasets", "models", "stats")
+# What an evaluation's outputs depend on besides settings: this module's code and every module it imports
+# (reuse_keys.imported_modules), which load, prompt, generate, parse, execute and score; a change to any of them
+# evaluates afresh
+EVAL_CODE = ("evaluate",)
 
 
 def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str, Any]:
     """Everything one evaluation's records depend on: the model (`models.model_tag`), the set and the
     bytes of its questions file, the evaluation, engine, schema-text and prompt settings, the seed and
-    the code (`EVAL_CODE`). Two evaluations with equal keys give the same records (greedy decoding)."""
+    the code (`EVAL_CODE` and what it imports). Two evaluations with equal keys give the same records (greedy
+    decoding)."""
     from .models import model_tag
 
     questions = resolve(eval_set.path)  # relative to the repository, as `datasets.eval_examples` reads it

@@ -17,7 +17,7 @@ the saved retriever gradient. The trainer's use:
 
 Modes: "symmetric" (paper); "generator_dominant" (only g_ret is projected, g_gen kept);
 "norm_equalised" (the authors' RL/third_party/verl/workers/actor/dp_actor.py: g_ret is first
-scaled down, over all tensors at once, so that |g_ret| <= max_ratio * |g_gen| (0.3), then on each
+scaled down, over all tensors at once, so that |g_ret| <= max_ratio * |g_gen|, then on each
 conflicting tensor only g_ret is projected onto the normal plane of g_gen, and g_gen is kept:
 g = s g_ret + (1 - s d / |g_gen|^2) g_gen; the norms behind s are summed over ranks when sharded,
 where the authors' code reads each rank's own shard); "norm_mean" (another reading of the paper: only on
@@ -26,8 +26,9 @@ symmetric projection; non-conflicting tensors are summed as is); "none" (plain s
 PCGrad" ablation; conflicts are still measured); "global" (beyond the paper: one dot product over
 ALL tensors, and one pair of coefficients for all).
 
-`eps` (authors: 1e-12): no projection ONTO a gradient whose squared norm is <= eps (its term is
-dropped; the other projection still applies). eps = 0 projects onto any non-zero gradient.
+`eps`: no projection ONTO a gradient whose squared norm is <= eps (its term is dropped; the other
+projection still applies). eps = 0 projects onto any non-zero gradient. The defaults of `mode`, `eps` and
+`max_ratio` are the config's (`grpo.pcgrad`, `grpo.pcgrad_eps`, `grpo.pcgrad_max_ratio`).
 
 Distributed: per-tensor modes work on whatever each rank holds (its FSDP shard, as in the
 authors' setup). Three scalars (dot, two squared norms) and the conflict counts are summed over
@@ -45,11 +46,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from .config import PCGradMode
+from .config import GRPOConfig, PCGradMode
 
 PCGRAD_MODES = typing.get_args(PCGradMode)  # declared once, in config
-AUTHORS_EPS = 1e-12  # authors' dp_actor.py default
-AUTHORS_MAX_RATIO = 0.3  # authors' norm_equalised cap (RL/trainer/config/actor/actor.yaml)
 _TINY = 1e-30
 
 
@@ -103,8 +102,8 @@ def save_grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor | None
 
 
 def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[torch.Tensor | None],
-                       mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
-                       max_ratio: float = AUTHORS_MAX_RATIO, detail: bool = False) -> PCGradStats:
+                       mode: str = GRPOConfig.pcgrad, sharded: bool | None = None, eps: float = GRPOConfig.pcgrad_eps,
+                       max_ratio: float = GRPOConfig.pcgrad_max_ratio, detail: bool = False) -> PCGradStats:
     """g_gen is the current `p.grad`, g_ret the saved list (consumed: its entries are reused as
     buffers and set to None). Writes the combined gradient into `p.grad`. `detail` adds per-tensor figures."""
     params = list(params)
@@ -118,8 +117,8 @@ def combine_into_grads(params: Sequence[torch.nn.Parameter], saved_ret: list[tor
 
 
 def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.Tensor | None],
-                   mode: str = "symmetric", sharded: bool | None = None, eps: float = AUTHORS_EPS,
-                   max_ratio: float = AUTHORS_MAX_RATIO, detail: bool = False
+                   mode: str = GRPOConfig.pcgrad, sharded: bool | None = None, eps: float = GRPOConfig.pcgrad_eps,
+                   max_ratio: float = GRPOConfig.pcgrad_max_ratio, detail: bool = False
                    ) -> tuple[list[torch.Tensor | None], PCGradStats]:
     """Functional form (inputs untouched): the combined gradient per tensor and the statistics."""
     if len(g_ret) != len(g_gen):
@@ -129,7 +128,7 @@ def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.T
 
 
 def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], mode: str,
-                     sharded: bool | None, eps: float = AUTHORS_EPS, max_ratio: float = AUTHORS_MAX_RATIO,
+                     sharded: bool | None, eps: float, max_ratio: float,
                      detail: bool = False) -> tuple[list[torch.Tensor | None], PCGradStats]:
     if mode not in PCGRAD_MODES:
         raise ValueError(f"pcgrad mode must be one of {PCGRAD_MODES}, got {mode!r}")

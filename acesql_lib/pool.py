@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 POOL_MODES = ("sft_rollouts", "union", "static_gold")
-POOL_ADD_GATES = ("format", "match")
 POOL_FORMAT_VERSION = 1
 
 ColumnSet = frozenset[str]
@@ -52,14 +51,19 @@ def _set_key(s: ColumnSet) -> tuple[int, list[str]]:
 
 
 def pool_additions(parses: Iterable[Any], matches: Iterable[bool], sets: Iterable[Iterable[str] | None],
-                   gate: str = "format") -> list[ColumnSet]:
+                   gate: str) -> list[ColumnSet]:
     """The column sets one visit adds: one per matching generator rollout whose set resolved and
-    is non-empty; with gate "format" only rollouts whose parse passes the format gate (`format_ok`)."""
-    if gate not in POOL_ADD_GATES:
-        raise ValueError(f"pool add gate must be one of {POOL_ADD_GATES}, got {gate!r}")
+    is non-empty; with `gate` (`grpo.pool_add_gate`, its choices declared in config.PoolAddGate) "format" only
+    rollouts whose parse passes the format gate (`format_ok`), with "match" every one."""
+    if gate == "format":
+        passes = lambda parse: parse.format_ok  # noqa: E731
+    elif gate == "match":
+        passes = lambda parse: True  # noqa: E731
+    else:
+        raise ValueError(f"grpo.pool_add_gate: no pool add gate {gate!r} (config.PoolAddGate)")
     out = []
     for parse, match, s in zip(parses, matches, sets):
-        if match and s and (gate == "match" or parse.format_ok):
+        if match and s and passes(parse):
             out.append(frozenset(s))
     return out
 

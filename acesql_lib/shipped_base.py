@@ -1,8 +1,8 @@
 """The shipped tiny base (`model.tiny.prebuilt`, e.g. `data/tiny_base/`): when a run may use it, how it is
 copied in, written (`ship`) and carried over to a refactor that does not change what a build makes (`rekey`).
 
-A build is keyed by its settings and by the code of `tinybase.BUILD_MODULES` (`tinybase.base_settings`).
-This module is not among them: what it does decides whether a base is copied or built, never what a build
+A build is keyed by its settings and by the code of `tinybase.build_modules` (`tinybase.base_settings`).
+This module is left out of them: what it does decides whether a base is copied or built, never what a build
 makes, so an edit here keeps every shipped base usable. It imports nothing of `tinybase`; the command line
 that builds, ships and re-keys is `python -m acesql_lib.tinybase`.
 """

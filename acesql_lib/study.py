@@ -35,14 +35,15 @@ SEED_NOTEBOOKS = ["04", "05", "06"]
 SHARED_DIRS = ("data", "distill", "models")  # what every seed reads from the shared stages
 SHARED_CACHES = (EVAL_CACHE,)  # what every seed reuses: the base and SFT evaluations are the same for all (evaluate_set)
 DONE = "study_done.json"
+# the modules notebooks 04-06 run a seed's part from; its key hashes them and every module they import
+PART_CODE = ("grpo", "evaluate", "variants", "tinybase")
 
 
 def part_settings(profile: str, overrides: dict[str, Any], seed: int | None, start: str = "") -> dict[str, Any]:
     """What a part's results depend on: profile, overrides, its RL seed, the kit's code and, for a
     seed, the SFT model it starts from (`models.model_tag`), so rebuilt shared stages redo every seed."""
     return {"profile": profile, "overrides": overrides, "seed": seed, "start": start,
-            "code": code_hash("grpo", "evaluate", "rewards", "pool", "pcgrad", "rollouts", "distill", "sft",
-                              "tinybase", "prompts", "executor")}
+            "code": code_hash(*PART_CODE)}
 
 
 def is_done(folder: Path, settings: dict[str, Any]) -> bool:

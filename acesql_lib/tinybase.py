@@ -56,17 +56,22 @@ from .datasets import schemas_for
 from .models import build_tiny_model, train_tiny_tokenizer
 from .paths import Paths
 from .prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
-from .reuse_keys import code_hash, settings_hash
+from .reuse_keys import code_hash, imported_modules, settings_hash
 from .sft import train_sft
 from .shipped_base import MANIFEST, read_manifest, rekey, ship, use_prebuilt
 from .sqlcolumns import ColumnResolutionError, column_set
 from .tinyworld import TinyWorld
 
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
-# The modules whose code shapes the base model (recipe, tokenizer and model, SFT, prompt text, column sets,
-# data loading and its JSON reader, schema text); their code hash is part of the reuse key (`base_settings`). With
-# `model.tiny.holdout_stage1`, filtering chooses the questions left out, so its code counts too.
-BUILD_MODULES = ("tinybase", "models", "sft", "prompts", "sqlcolumns", "datasets", "jsonfiles", "schema")
+# The base model's reuse key (`base_settings`) holds the code of this module and of every module it imports
+# (reuse_keys.imported_modules: recipe, tokenizer and model, SFT, prompt and schema text, values, column sets, data
+# loading, the tiny world), less the modules that do not shape the weights: `config`, whose values are the
+# settings the key holds (its code only loads and checks them), `evaluate`, which `main --evaluate` runs on a
+# built base, and `shipped_base` and `reuse_keys`, which decide whether a base is copied or built, never what a
+# build makes. Filtering chooses the questions left out with `model.tiny.holdout_stage1` only; otherwise its code
+# is left out too.
+BUILD_ENTRY = ("tinybase",)
+BUILD_LEAVES_OUT = ("config", "evaluate", "shipped_base", "reuse_keys")
 HOLDOUT_MODULES = ("filtering",)
 
 
@@ -200,9 +205,14 @@ def base_tokenizer(samples: Sequence[Mapping[str, Any]], vocab_size: int) -> Any
     return train_tiny_tokenizer((_sample_text(s) for s in samples), vocab_size)
 
 
+def build_leaves_out(cfg: Config) -> tuple[str, ...]:
+    """The modules `BUILD_ENTRY` imports whose code does not key the base model of `cfg`."""
+    return BUILD_LEAVES_OUT + (() if cfg.model.tiny.holdout_stage1 else HOLDOUT_MODULES)
+
+
 def build_modules(cfg: Config) -> tuple[str, ...]:
     """The modules whose code hash keys the base model of `cfg`."""
-    return BUILD_MODULES + (HOLDOUT_MODULES if cfg.model.tiny.holdout_stage1 else ())
+    return imported_modules(*BUILD_ENTRY, leave_out=build_leaves_out(cfg))
 
 
 def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
@@ -215,7 +225,8 @@ def base_settings(cfg: Config, world: TinyWorld) -> dict[str, Any]:
         # with the hold-out, filtering decides which questions the base is trained on
         "filtering": asdict(cfg.filtering) if cfg.model.tiny.holdout_stage1 else None,
         "world": {k: manifest.get(k) for k in ("kind", "generator_version", "seed", "n_train", "n_dev")},
-        "torch": torch.__version__, "libraries": _library_versions(), "code": code_hash(*build_modules(cfg)),
+        "torch": torch.__version__, "libraries": _library_versions(),
+        "code": code_hash(*BUILD_ENTRY, leave_out=build_leaves_out(cfg)),
         # CPU float sums are ordered by thread: 1 and 2 threads give other weights after 4 steps of the same seed
         "torch_threads": torch.get_num_threads(),
     }

@@ -1,7 +1,10 @@
+import copy
+
 import pytest
+import yaml
 
 from acesql_lib.context import RunContext
-from acesql_lib.config import Config, ConfigError, GRPOConfig, load_config, parse_overrides
+from acesql_lib.config import CONFIG_DIR, Config, ConfigError, GRPOConfig, load_config, parse_overrides, written_config
 from acesql_lib.paths import Paths
 
 
@@ -23,11 +26,68 @@ def test_profiles_load(profile):
     assert Paths.from_config(cfg).reports.name == profile
 
 
-def test_paper_profile_equals_defaults_for_the_method():
-    """paper.yaml restates the defaults; a drift between them would silently change the recipe."""
-    cfg = load_config("paper")
-    assert cfg.grpo == GRPOConfig(accelerate_config=cfg.grpo.accelerate_config)
-    assert cfg.sft == Config().sft
+def _leaves(mapping: dict, prefix: tuple = ()) -> list[tuple]:
+    out = []
+    for key, value in mapping.items():
+        out += _leaves(value, prefix + (key,)) if isinstance(value, dict) and value else [prefix + (key,)]
+    return out
+
+
+def repeated_keys(path, folder) -> list[str]:
+    """The keys of a profile file whose value is the one the profile would have without them: the dataclass
+    default, or the resolved value of the profile it inherits. Each key is dropped from a copy of the file (in
+    `folder`, under the same name, so the profile's name and what it inherits stay) and the two are compared
+    as written (`written_config`); a key whose removal breaks a rule between two settings is no repeat."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    full = written_config(str(path))
+    repeated = []
+    for leaf in _leaves(raw):
+        if leaf == ("inherits",):
+            continue
+        without = copy.deepcopy(raw)
+        node = without
+        for key in leaf[:-1]:
+            node = node[key]
+        del node[leaf[-1]]
+        (folder / path.name).write_text(yaml.safe_dump(without))
+        try:
+            same = written_config(str(folder / path.name)) == full
+        except ConfigError:
+            same = False
+        repeated += [".".join(leaf)] if same else []
+    return repeated
+
+
+@pytest.mark.parametrize("profile", ["paper", "tiny", "rehearsal"])
+def test_no_profile_writes_a_value_it_would_inherit(profile, tmp_path):
+    """A value has one home: the paper's settings are the dataclass defaults, and a profile states only what
+    differs from them (tiny, paper) or from the profile it inherits (rehearsal from paper)."""
+    assert repeated_keys(CONFIG_DIR / f"{profile}.yaml", tmp_path) == []
+
+
+def test_a_value_written_twice_is_found(tmp_path):
+    tiny = yaml.safe_load((CONFIG_DIR / "tiny.yaml").read_text())
+    tiny["grpo"]["gamma"] = 0.5  # the default
+    tiny["model"]["tiny"]["num_heads"] = 4  # the default, one level deeper
+    tiny["eval"]["max_examples"] = 50  # not a default: stays
+    rehearsal = yaml.safe_load((CONFIG_DIR / "rehearsal.yaml").read_text())
+    rehearsal["model"]["prompt_style"] = "authors"  # what it inherits from paper.yaml
+    rehearsal["engine"]["kind"] = "vllm"  # paper's engine, where the rehearsal writes `auto`
+    for name, text in (("tiny", tiny), ("rehearsal", rehearsal)):
+        (tmp_path / "planted").mkdir(exist_ok=True)
+        (tmp_path / "planted" / f"{name}.yaml").write_text(yaml.safe_dump(text))
+    (tmp_path / "copies").mkdir()
+    assert sorted(repeated_keys(tmp_path / "planted" / "tiny.yaml", tmp_path / "copies")) == [
+        "grpo.gamma", "model.tiny.num_heads"]
+    assert sorted(repeated_keys(tmp_path / "planted" / "rehearsal.yaml", tmp_path / "copies")) == [
+        "engine.kind", "model.prompt_style"]
+
+
+def test_a_written_config_keeps_the_data_roots_and_load_config_fills_them_in():
+    written, loaded = written_config("paper"), load_config("paper")
+    assert written.eval.sets[0].path == "{bird_dev_dir}/dev.json"
+    assert loaded.eval.sets[0].path == "data/bird/dev_20240627/dev.json"
+    assert written.eval == Config().eval  # the six paper sets live in one place: the dataclass default
 
 
 def write(tmp_path, text):

@@ -93,7 +93,7 @@ def test_deep_sql_goes_through_a_grpo_step_and_is_scored_by_the_rule(world):
     assert r.exec_status == ["ok", "error", "error", "error", "ok"]
     assert r.matches == [True, False, False, False, True]
     assert r.match_sets[:-1] == [None] * len(DEEP) and r.match_sets[-1] == frozenset({"singer.age"})
-    assert pool_additions(r.generator.parses, r.matches, r.match_sets) == [r.match_sets[-1]]
+    assert pool_additions(r.generator.parses, r.matches, r.match_sets, cfg.grpo.pool_add_gate) == [r.match_sets[-1]]
     penalty = LengthPenalty.from_config(cfg.grpo)
     rewards = [generator_reward(p, m, c.n_tokens, penalty) for p, m, c in
                zip(r.generator.parses, r.matches, r.generator.completions)]

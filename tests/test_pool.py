@@ -165,11 +165,22 @@ def test_pool_additions_follow_the_format_gate():
     no_think = parse_generator("```sql\nSELECT a FROM t\n```")  # executes and may match, but reward 0
     parses, matches, sets = [good, no_think, good, good], [True, True, False, True], [A, B, C, frozenset()]
     # authors (format): only the well-formed match; an unmatched or empty set never joins
-    assert pool_additions(parses, matches, sets) == [A]
+    assert pool_additions(parses, matches, sets, gate="format") == [A]
     assert pool_additions(parses, matches, sets, gate="match") == [A, B]  # kit: any match
-    assert pool_additions([good], [True], [None]) == []  # unresolved SQL
-    with pytest.raises(ValueError, match="gate"):
+    assert pool_additions([good], [True], [None], gate="format") == []  # unresolved SQL
+    with pytest.raises(ValueError, match="grpo.pool_add_gate.*'reward'"):
         pool_additions(parses, matches, sets, gate="reward")
+
+
+def test_every_pool_add_gate_the_config_offers_is_one_the_pool_applies():
+    import typing
+
+    from acesql_lib.config import PoolAddGate
+    from acesql_lib.prompts import parse_generator
+
+    good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
+    for gate in typing.get_args(PoolAddGate):
+        assert pool_additions([good], [True], [A], gate=gate) == [A]
 
 
 @pytest.mark.parametrize("pool_init", ["sft_rollouts", "sft_rollouts_plus_gold"])

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 from acesql_lib import tinybase
 from acesql_lib.config import load_config
-from acesql_lib.reuse_keys import code_hash, settings_hash, source_digest
+from acesql_lib.reuse_keys import code_hash, imported_modules, settings_hash, source_digest
 from acesql_lib.datasets import load_bird, schemas_for
 from acesql_lib.evaluate import evaluate
 from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
@@ -36,21 +38,89 @@ def test_source_digest_follows_code_not_comments_or_docstrings(tmp_path):
     assert source_digest([f]) != before
 
 
-def test_code_hash_names_package_modules():
-    assert code_hash("tinybase", "sft") == code_hash("tinybase", "sft")
-    assert code_hash("tinybase", "sft") != code_hash("tinybase")
-    with pytest.raises(FileNotFoundError):
+def test_code_hash_covers_what_the_entry_modules_import():
+    assert "sft" in imported_modules("tinybase")  # tinybase trains the base with sft.train_sft
+    assert code_hash("tinybase", "sft") == code_hash("tinybase")  # naming an imported module again adds nothing
+    assert code_hash("sft") != code_hash("tinybase")
+    assert code_hash("tinybase", leave_out=["sft"]) != code_hash("tinybase")
+    with pytest.raises(FileNotFoundError, match="no_such_module"):
         code_hash("no_such_module")
+    with pytest.raises(FileNotFoundError, match="no_such_module"):
+        code_hash("tinybase", leave_out=["no_such_module"])
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "acesql_lib"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_imported_modules_follow_every_kind_of_import_statement(tmp_path):
+    """Relative and absolute imports, at module level and inside functions, a package's `__init__` and the
+    package's lazy public names count; what another library or a `TYPE_CHECKING` block imports does not."""
+    root = _package(tmp_path, {
+        "__init__.py": 'PUBLIC = {"Context": "context"}\n',
+        "entry.py": "import json\nfrom . import helper\nfrom .store.disk import save\n"
+                    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .typing_only import T\n"
+                    "def run():\n    from .late import go\n    from acesql_lib import Context\n"
+                    "    import acesql_lib.absolute\n",
+        "helper.py": "X = 1\n", "late.py": "from .helper import X\n", "context.py": "", "absolute.py": "",
+        "typing_only.py": "", "unused.py": "",
+        "store/__init__.py": "from .index import build\n", "store/index.py": "from .. import deep\n",
+        "store/disk.py": "", "store/spare.py": "", "deep.py": "",
+    })
+    assert imported_modules("entry", root=root) == (
+        "absolute", "context", "deep", "entry", "helper", "late", "store", "store.disk", "store.index")
+    # a module left out is neither counted nor followed: `deep` is reached only through `store.index`
+    assert imported_modules("entry", leave_out=["store.index"], root=root) == (
+        "absolute", "context", "entry", "helper", "late", "store", "store.disk")
+    assert imported_modules("store", root=root) == ("deep", "store", "store.disk", "store.index", "store.spare")
+
+
+def _copy_of_the_package(tmp_path: Path) -> Path:
+    copy = tmp_path / "acesql_lib"
+    shutil.copytree(Path(tinybase.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_an_edit_to_routes_changes_the_start_validation_key(tmp_path):
+    """The validation before step 1 is read back when its key matches; `rollouts` scores every sample with
+    `routes.is_match`, so a code edit there must change the key and a comment must not."""
+    from acesql_lib.grpo import START_VALIDATION_CODE
+
+    assert {"routes", "rollouts", "pool", "executor.sandbox"} <= set(imported_modules(*START_VALIDATION_CODE))
+    copy = _copy_of_the_package(tmp_path)
+    key = code_hash(*START_VALIDATION_CODE, root=copy)
+    assert key == code_hash(*START_VALIDATION_CODE)  # the copy is the package
+    routes = copy / "routes.py"
+    routes.write_text(routes.read_text() + "\n# a comment\n")
+    assert code_hash(*START_VALIDATION_CODE, root=copy) == key
+    routes.write_text(routes.read_text() + "ROUTE_LIMIT = 3\n")
+    assert code_hash(*START_VALIDATION_CODE, root=copy) != key
+
+
+def test_an_evaluations_key_follows_the_modules_it_runs(tmp_path):
+    from acesql_lib.evaluate import EVAL_CODE
+
+    modules = imported_modules(*EVAL_CODE)
+    assert {"evaluate", "rollouts", "routes", "evalparse", "engines", "prompts", "executor.compare"} <= set(modules)
+    assert not {"grpo", "reports"} & set(modules)  # training and the reports shape no prediction
+    copy = _copy_of_the_package(tmp_path)
+    key = code_hash(*EVAL_CODE, root=copy)
+    (copy / "evalparse.py").write_text((copy / "evalparse.py").read_text() + "\nPARSED = 1\n")
+    assert code_hash(*EVAL_CODE, root=copy) != key
 
 
 def test_base_model_key_holds_the_building_code(tmp_path, monkeypatch):
     cfg, world = load_config("tiny"), TinyWorld(tmp_path / "world")
     settings = tinybase.base_settings(cfg, world)
-    assert settings["code"] == code_hash(*tinybase.BUILD_MODULES)
+    assert settings["code"] == code_hash(*tinybase.BUILD_ENTRY, leave_out=tinybase.build_leaves_out(cfg))
     assert {"transformers", "trl"} <= set(settings["libraries"])
     key = settings_hash(settings)
     assert settings_hash(tinybase.base_settings(cfg, world)) == key  # stable across calls
-    monkeypatch.setattr(tinybase, "code_hash", lambda *m: "edited-recipe")  # e.g. sft.py changed
+    monkeypatch.setattr(tinybase, "code_hash", lambda *m, **k: "edited-recipe")  # e.g. sft.py changed
     assert settings_hash(tinybase.base_settings(cfg, world)) != key
     monkeypatch.undo()
     threads = torch.get_num_threads()
@@ -59,6 +129,15 @@ def test_base_model_key_holds_the_building_code(tmp_path, monkeypatch):
         assert settings_hash(tinybase.base_settings(cfg, world)) != key
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_base_models_key_holds_what_the_build_imports_and_not_what_only_loads_or_reads_it():
+    modules = set(tinybase.build_modules(load_config("rehearsal")))
+    # the rehearsal's prompts show the authors' schema text with question-relevant values
+    assert {"tinybase", "sft", "models", "prompts", "schema", "authors_schema", "values_index", "datasets",
+            "tinyworld.world", "tinyworld.questions"} <= modules
+    assert not {"config", "evaluate", "shipped_base", "reuse_keys", "filtering"} & modules
+    assert "filtering" in tinybase.build_modules(load_config("tiny", {"model.tiny.holdout_stage1": True}))
 
 
 def test_tokenizer_training_is_deterministic():
@@ -90,8 +169,8 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
 
 
 def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
-    """`executor` and `tinyworld` are packages: their key is every file of theirs, so an edit to one
-    of their modules changes it (a study keyed on "executor" once failed: no executor.py)."""
+    """`executor` and `tinyworld` are packages: named as an entry, every file of theirs counts, so an edit
+    to one of their modules changes the key, whether their `__init__` imports it or not."""
     import acesql_lib.reuse_keys as reuse_keys
 
     assert len(code_hash("executor", "tinyworld", "reports")) == 16  # the real packages

@@ -307,7 +307,7 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     from acesql_lib.datasets import schemas_for, training_pool
     from acesql_lib.filtering import filter_pool
     from acesql_lib.reuse_keys import code_hash
-    from acesql_lib.tinybase import BUILD_MODULES, base_settings, base_training_data
+    from acesql_lib.tinybase import BUILD_ENTRY, BUILD_LEAVES_OUT, base_settings, base_training_data, build_modules
     from acesql_lib.tinyworld import build_profile_world
 
     def ctx(**over):
@@ -332,7 +332,9 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     key_on, key_off = base_settings(on.cfg, world), base_settings(off.cfg, world)
     assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
     # filtering's code keys the base only when it chooses the questions left out
-    assert key_on["code"] == code_hash(*BUILD_MODULES, "filtering") and key_off["code"] == code_hash(*BUILD_MODULES)
+    assert "filtering" in build_modules(on.cfg) and "filtering" not in build_modules(off.cfg)
+    assert key_on["code"] == code_hash(*BUILD_ENTRY, leave_out=BUILD_LEAVES_OUT)
+    assert key_off["code"] == code_hash(*BUILD_ENTRY, leave_out=(*BUILD_LEAVES_OUT, "filtering"))
     assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,
                          world)["filtering"] != key_on["filtering"]
 
