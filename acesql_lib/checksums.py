@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .config import REPO_ROOT, Config, ConfigError, load_config, parse_overrides
+from .config import BIRD_DEV_VERSION, REPO_ROOT, Config, ConfigError, load_config, parse_overrides
 from .paths import resolve
 
 MANIFEST = REPO_ROOT / "data" / "benchmarks.json"
@@ -158,7 +158,7 @@ def profile_benchmarks(cfg: Config) -> list[str]:
     names = []
     for s in cfg.eval.sets:
         if s.name == "bird_dev":
-            names.append(f"bird_dev_{s.version or '20240627'}")
+            names.append(f"bird_dev_{s.version or BIRD_DEV_VERSION}")
         elif s.name in SET_BENCHMARKS:
             names.append(SET_BENCHMARKS[s.name])
     if cfg.data.world == "synsql":

@@ -60,7 +60,7 @@ def test_rehearsal_on_layouts_written_into_tmp_passes(tmp_path, capsys):
                          "spider_realistic"}
     assert data["bird_dev"].startswith("20 records") and "version dev_20240627" in data["bird_dev"]
     assert data["spider_dk"].startswith("137 records")  # 10 tiny + 127 real Spider-DK questions
-    assert {r.area for r in rows} == {"data", "model", "hardware", "packages", "disk", "stages"}
+    assert {r.area for r in rows} == {"data", "checksums", "model", "hardware", "packages", "disk", "stages"}
     over = [f"{k}={v}" for k, v in {f"data.{r}": getattr(cfg.data, r) for r in ROOTS + ("tinyworld_dir",)}.items()]
     over += ["data.tiny_n_train=60", "data.tiny_n_dev=20", f"run_dir={tmp_path / 'run'}"]
     assert main(["--profile", "rehearsal", *over]) == 0
