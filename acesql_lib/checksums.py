@@ -101,6 +101,9 @@ class DigestCache:
 
 
 def default_cache() -> DigestCache:
+    """The digests remembered under runs/ (ACESQL_CHECKSUM_CACHE=0: every file read again, nothing remembered)."""
+    if os.environ.get("ACESQL_CHECKSUM_CACHE", "1").strip() == "0":
+        return DigestCache()
     return DigestCache(REPO_ROOT / "runs" / CACHE_NAME)
 
 
