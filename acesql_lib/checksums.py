@@ -273,13 +273,14 @@ def _downloaders(cfg: Config) -> dict[str, Callable[[Path], Any]]:
             "acesql_release": ds.download_acesql_release}
 
 
-def download_verified(cfg: Config, name: str, manifest: dict[str, Any] | None = None) -> list[Finding]:
-    """Download one benchmark into the data root `cfg` names (the kit's download helper) and verify it;
-    ChecksumError on a mismatch or a missing file, the unverified files returned."""
+def download_verified(cfg: Config, name: str, manifest: dict[str, Any] | None = None,
+                      fetch: Callable[[Path], Any] | None = None) -> list[Finding]:
+    """Download one benchmark into the data root `cfg` names (`fetch`, default the kit's download helper for it)
+    and verify it; ChecksumError on a mismatch or a missing file, the unverified files returned."""
     manifest = manifest or load_manifest()
     entry = manifest["benchmarks"][name]
     root = benchmark_root(entry, cfg)
-    fetch = _downloaders(cfg).get(name)
+    fetch = fetch or _downloaders(cfg).get(name)
     if root is None or fetch is None:
         raise ChecksumError(f"{name}: the kit has no download for it ({entry.get('source_url', '')})")
     if not all((root / rel.rstrip("/")).exists() for rel in entry["files"]):

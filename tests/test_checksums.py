@@ -66,6 +66,7 @@ def test_a_missing_file_is_named(manifest, fixtures_copy):
 
 def _with_realistic(tmp_path, manifest, sha256=None):
     """A profile reading Spider-Realistic from tmp_path (a real file there), the manifest's entry given `sha256`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "spider-realistic.json").write_text(json.dumps([{"db_id": "x", "question": "q", "query": "s"}]))
     cfg = load_config("paper", {"data.spider_realistic_dir": str(tmp_path), "data.world": "tinyworld",
                                 "eval.sets": [{"name": "spider_realistic", "format": "spider",
@@ -104,6 +105,27 @@ def test_make_checksums_records_digests_and_never_overwrites_one(tmp_path, manif
     (tmp_path / "spider-realistic.json").write_text("[]")
     with pytest.raises(ChecksumError, match=r"spider-realistic.json: expected sha256 .*\(not overwritten"):
         checksums.record_digests(cfg, ["spider_realistic"], path)
+
+
+def test_a_download_is_verified_and_a_changed_one_stops_naming_the_file(tmp_path, manifest, monkeypatch):
+    from acesql_lib.datasets import download_spider_realistic
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    published = tmp_path / "published.json"
+    published.write_text(json.dumps([{"db_id": "x", "question": "q", "query": "s"}]))
+    digest = checksums.digest_of(published, DigestCache())["sha256"]
+    fetch = lambda d: download_spider_realistic(d, url=published.as_uri())  # noqa: E731 (urllib, a file URL)
+    cfg, pinned = _with_realistic(tmp_path / "first", manifest, digest)
+    pinned["benchmarks"]["spider_realistic"]["files"]["spider-realistic.json"]["size"] = published.stat().st_size
+    shutil.rmtree(tmp_path / "first")
+    assert checksums.download_verified(cfg, "spider_realistic", pinned, fetch) == []
+    assert (tmp_path / "first" / "spider-realistic.json").read_bytes() == published.read_bytes()
+    published.write_text("[]")  # the publisher's file changed
+    cfg, _ = _with_realistic(tmp_path / "second", manifest)
+    shutil.rmtree(tmp_path / "second")
+    with pytest.raises(ChecksumError, match=rf"spider_realistic .*\n  .*second/spider-realistic.json: expected sha256 "
+                                            rf"{digest} \(\d+ bytes\), found sha256 "):
+        checksums.download_verified(cfg, "spider_realistic", pinned, fetch)
 
 
 def test_the_manifest_covers_every_file_the_paper_profile_reads(manifest):
