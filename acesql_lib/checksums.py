@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--download", action="store_true", help="download what is missing, then verify")
     what.add_argument("--write", action="store_true", help="record the digests of the files on disk (make checksums)")
     args = ap.parse_args(argv)
+    from .datasets import OfflineError
+
     try:
         cfg = load_config(args.profile, parse_overrides(args.set))
         manifest = load_manifest()
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"WARN {f}")
                 print(f"{name}: downloaded and verified")
             return 0
-    except (ChecksumError, ConfigError) as e:
+    except (ChecksumError, ConfigError, OfflineError) as e:
         print(f"checksums: {e}", file=sys.stderr)
         return 1
     rows = [r for r in preflight_rows(cfg, manifest) if not args.only or r[0] in args.only]
