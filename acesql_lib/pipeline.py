@@ -29,7 +29,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .config import REPO_ROOT, ConfigError, load_config, parse_overrides
-from .paths import Paths
+from .paths import TIMES_NAME, Paths
 from .warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -276,9 +276,6 @@ def read_calibration(reports: Path) -> dict[str, float] | None:
     """The calibration of the last run written under `reports` (pipeline_times.json), if it took one."""
     path = reports / TIMES_NAME
     return json.loads(path.read_text()).get("calibration") if path.is_file() else None
-
-
-TIMES_NAME = "pipeline_times.json"
 
 
 def write_times(path: Path, runs: list[NotebookRun], profile: str, started: float,

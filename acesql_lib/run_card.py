@@ -26,7 +26,7 @@ from typing import Any
 
 from .checksums import DigestCache, default_cache, digest_of, load_manifest, preflight_rows, profile_benchmarks
 from .config import REPO_ROOT, Config, load_config, parse_overrides
-from .paths import Paths, resolve
+from .paths import TIMES_NAME, Paths, resolve
 
 CARD_JSON, CARD_MD = "run_card.json", "run_card.md"
 UNKNOWN = "unknown"
@@ -218,8 +218,6 @@ def data_read(cfg: Config, cache: DigestCache | None = None) -> list[dict[str, A
 
 def times(reports: Path, gpus: int) -> dict[str, Any]:
     """pipeline_times.json with each notebook in calibration units and, on `gpus` GPUs, its GPU-hours."""
-    from .pipeline import TIMES_NAME
-
     path = reports / TIMES_NAME
     if not path.is_file():
         return {}
