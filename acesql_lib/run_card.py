@@ -24,7 +24,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .checksums import DigestCache, default_cache, digest_of, load_manifest, preflight_rows, profile_benchmarks
+from .checksums import (SET_BENCHMARKS, DigestCache, default_cache, digest_of, load_manifest, preflight_rows,
+                        profile_benchmarks)
 from .config import REPO_ROOT, Config, load_config, parse_overrides
 from .paths import TIMES_NAME, Paths, resolve
 
@@ -193,8 +194,10 @@ def data_read(cfg: Config, cache: DigestCache | None = None) -> list[dict[str, A
 
     world = resolve(cfg.data.tinyworld_dir) / "manifest.json"
     world_version = json.loads(world.read_text()).get("generator_version", UNKNOWN) if world.is_file() else UNKNOWN
+    manifest = load_manifest()
     for s in cfg.eval.sets:
-        version = s.version or (f"tiny world {world_version}" if cfg.data.world == "tinyworld" else UNKNOWN)
+        published = manifest["benchmarks"].get(SET_BENCHMARKS.get(s.name, ""), {}).get("version")
+        version = s.version or published or (f"tiny world {world_version}" if cfg.data.world == "tinyworld" else UNKNOWN)
         for what, p in (("questions", s.path), ("schema", s.tables), ("databases", s.db_root)):
             if p:
                 add(f"eval {what}", s.name, resolve(p), version)
@@ -205,7 +208,7 @@ def data_read(cfg: Config, cache: DigestCache | None = None) -> list[dict[str, A
     if cfg.data.stage1_source == "authors":
         add("training", "ACE-SQL release", resolve(cfg.data.authors_release_dir), "xiaobing11/ACE-SQL")
     out.append(_model_entry(cfg, cache))
-    checks = {item: (status, detail) for item, status, detail in preflight_rows(cfg, load_manifest(), cache)}
+    checks = {item: (status, detail) for item, status, detail in preflight_rows(cfg, manifest, cache)}
     out += [{"role": "benchmark check", "name": n, "status": checks[n][0], "detail": checks[n][1]}
             for n in profile_benchmarks(cfg) if n in checks]
     cache.save()
