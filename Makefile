@@ -21,7 +21,7 @@ ENGINE ?= $(if $(filter $(PROFILE),rehearsal),vllm,)
 VLLM_PY := .venv-vllm/bin/python
 REPRO_PY = $(if $(filter vllm,$(ENGINE)),$(VLLM_PY),$(PY))
 
-.PHONY: lab lock venv reproduce test test-gpu test-fast vllm-venv bench clean-reports strip readme-results study ship-base
+.PHONY: lab lock venv reproduce test test-gpu test-fast vllm-venv bench clean-reports strip readme-results study ship-base checksums
 
 # uv installs the pins from pip's own package sources (scripts/install_requirements.py: the same packages,
 # faster; ACESQL_INSTALLER=pip for pip alone), byte-compiled as pip compiles them: where
@@ -67,6 +67,13 @@ ship-base: $(STAMP)
 SEEDS ?= 0 1 2
 study: $(STAMP)
 	$(PY) -m acesql_lib.study --profile $(PROFILE) --seeds $(SEEDS)
+
+# The size and SHA-256 of every benchmark file the profile reads, computed from the downloaded files and written
+# into data/benchmarks.json where the manifest has none yet (a recorded digest that the files no longer match
+# stops it); commit the manifest. `python -m acesql_lib.checksums --profile paper` verifies, as the preflight does.
+CHECKSUMS_PROFILE ?= paper
+checksums: $(STAMP)
+	$(PY) -m acesql_lib.checksums --profile $(CHECKSUMS_PROFILE) --write
 
 # The README's results block for $(PROFILE), regenerated from reports/$(PROFILE)/tables/ (never hand-copied).
 readme-results: $(STAMP)

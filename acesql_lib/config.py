@@ -56,6 +56,7 @@ BareTableColumns = Literal["none", "anchor"]
 SQLWhitespace = Literal["collapse", "keep"]
 LossAgg = Literal["micro_token_mean", "global_token_mean"]
 SetFormat = Literal["bird", "spider"]
+BirdDevVersion = Literal["", "20240627", "20251106"]  # BIRD dev's releases (data/benchmarks.json pins each one's files)
 Scoring = Literal["kit", "authors", "bird_original", "bird_minidev"]  # executor/scoring.py says what each rule does
 TableFormat = Literal["csv", "md", "tex"]
 FigureFormat = Literal["png", "pdf", "svg"]
@@ -452,6 +453,9 @@ class GRPOConfig:
         _check(self.len_penalty_end > self.len_penalty_start, "grpo.len_penalty_end", "must exceed len_penalty_start")
 
 
+BIRD_DEV_VERSION = "20240627"  # the BIRD dev release the paper measured on (EvalSet.version)
+
+
 @dataclass
 class EvalSet:
     name: str = "bird_dev"
@@ -466,9 +470,17 @@ class EvalSet:
     # dev/test prompts have none (EVAL/prepare_spider_data.py, EVAL/generate_spider_sql_prompts.py pass {}),
     # their BIRD ones do (EVAL/prepare_eval_data.py, EVAL/generate_sql_prompts.py)
     relevant_values: bool = True
+    # The benchmark release the set is (data/benchmarks.json); "" = not a versioned benchmark. BIRD dev: the paper's
+    # is 20240627 (§7 names dev_20240627; its baseline rows are published dev_20240627 numbers; the authors' EVAL
+    # code names no version), the default of a set named bird_dev; 20251106 is BIRD's corrected re-release.
+    version: BirdDevVersion = ""
 
     def __post_init__(self) -> None:
+        if isinstance(self.version, int) and not isinstance(self.version, bool):
+            self.version = str(self.version)  # YAML reads an unquoted 20251106 as a number
         _validate_fields(self, f"eval.sets[{self.name}]")
+        if self.name == "bird_dev" and not self.version:
+            self.version = BIRD_DEV_VERSION
 
 
 @dataclass

@@ -17,6 +17,7 @@ def resolve(path: str | Path) -> Path:
 
 
 EVAL_CACHE = "eval_cache"  # a run folder's (or a study's shared) cache of finished evaluations
+TIMES_NAME = "pipeline_times.json"  # under a run's reports folder: each notebook's wall time, the calibration
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ While a notebook runs, its kernel's progress bars (tqdm on stderr) are relayed t
 one line per bar every `progress_every_s` seconds, e.g.
 `02_self_distillation: base model, step 420/1000, ~6 min left`, together with the library's own
 `[stage] ...` messages. At the end the runner prints a per-notebook wall-time table and writes it
-to `reports/<profile>/pipeline_times.json`.
+to `reports/<profile>/pipeline_times.json`, then the run card (`run_card.json` and `run_card.md`:
+commit, settings, environment, machine and data digests, times, metrics; acesql_lib/run_card.py).
 
 Each notebook runs in a fresh kernel; the next one's kernel is started, and imports the next notebook's
 modules, while the current notebook runs (acesql_lib/warm_kernel.py; `--cold-kernels` turns it off).
@@ -28,7 +29,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from .config import REPO_ROOT, ConfigError, load_config, parse_overrides
-from .paths import Paths
+from .paths import TIMES_NAME, Paths
 from .warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -248,7 +249,21 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
             end = _calibration()
             calibration = {"seconds": round((cal_start + end) / 2, 3), "start": cal_start, "end": end}
         write_times(reports / TIMES_NAME, runs, cfg.profile, started, calibration)
+        status = "ok" if len(runs) == len(books) and all(r.status == "ok" for r in runs) else "stopped"
+        write_run_card(cfg, reports, overrides, status)
     return runs
+
+
+def write_run_card(cfg: Any, reports: Path, overrides: dict[str, Any] | None, status: str) -> Path | None:
+    """reports/run_card.json and run_card.md (acesql_lib/run_card.py); a card that cannot be written is said,
+    never allowed to hide the run's own outcome."""
+    from .run_card import write_card
+
+    try:
+        return write_card(cfg, reports, overrides, status=status)
+    except Exception as e:  # noqa: BLE001 (the notebooks' results stand without their card)
+        print(f"[run card] not written: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
 
 
 def _calibration() -> float:
@@ -261,9 +276,6 @@ def read_calibration(reports: Path) -> dict[str, float] | None:
     """The calibration of the last run written under `reports` (pipeline_times.json), if it took one."""
     path = reports / TIMES_NAME
     return json.loads(path.read_text()).get("calibration") if path.is_file() else None
-
-
-TIMES_NAME = "pipeline_times.json"
 
 
 def write_times(path: Path, runs: list[NotebookRun], profile: str, started: float,

@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import yaml
 
-from .config import REPO_ROOT, Config, ConfigError, load_config, parse_overrides
+from .config import BIRD_DEV_VERSION, REPO_ROOT, Config, ConfigError, load_config, parse_overrides
 from .memory import grpo_step_bytes, n_params
 from .paths import Paths, resolve
 from .schedule import total_steps
@@ -57,7 +57,7 @@ GIB = 1024 ** 3
 # §5 set sizes; §7 BIRD version
 PAPER_COUNTS = {"bird_dev": 1534, "spider_dev": 1034, "spider_test": 2147, "spider_dk": 535, "spider_syn": 1034,
                 "spider_realistic": 508}
-BIRD_VERSION = "dev_20240627"
+BIRD_VERSION = f"dev_{BIRD_DEV_VERSION}"
 # Shapes of hub models the kit knows, for estimates when the model is not on this machine yet.
 KNOWN_MODELS = {"Qwen/Qwen3-8B": {"vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 36,
                                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -388,9 +388,10 @@ def check_eval_sets(cfg: Config) -> tuple[list[Row], dict[str, int]]:
         version = ""
         if s.format == "bird" and s.name == "bird_dev":
             version = f", version {path.parent.name}"
-            if path.parent.name != BIRD_VERSION:
-                problems.append(f"expected BIRD {BIRD_VERSION} (folder {path.parent.name!r}; the older BIRD dev "
-                                "release differs in questions and SQL)")
+            expected = f"dev_{s.version}" if s.version else BIRD_VERSION
+            if path.parent.name != expected:
+                problems.append(f"expected BIRD {expected} (folder {path.parent.name!r}; eval.sets names version "
+                                f"{s.version or BIRD_VERSION[4:]}, and BIRD's dev releases differ in questions and SQL)")
         detail = f"{len(records)} records, {n_db} databases{version}; {origin}"
         want = PAPER_COUNTS.get(s.name)
         if not problems and want and origin == "downloaded release" and len(records) != want:
@@ -753,6 +754,9 @@ def run_checks(cfg: Config, gpus: list[tuple[str, int]] | None = None) -> list[R
         rows += eval_rows
     else:
         rows += eval_result
+    from .checksums import preflight_rows  # the benchmark files against data/benchmarks.json, a row per benchmark
+
+    rows += _guarded("checksums", "files", lambda: [Row("checksums", *r) for r in preflight_rows(cfg)])
     rows.append(_guarded("model", cfg.model.base_model, lambda: check_model(cfg)))
     shape, origin = model_shape(cfg)
     gpus = gpu_info() if gpus is None else gpus

@@ -5,7 +5,10 @@ The README never carries hand-copied numbers: each block between `<!-- results:<
 them, every EX with its 95% CI). The front page holds the tiny run's main table and its claims on the first
 evaluation set (`claims:first_set`); the efficiency and ablation tables of the same run, its claims on every
 set, and the multi-seed study live in docs/status.md.
-`--check` exits 1 when a file differs from what the reports say (the docs drifted from the kit's output).
+`--check` exits 1 when a file differs from what the reports say (the docs drifted from the kit's output), or
+when the run card of a profile's run (`reports/<profile>/run_card.json`) has other settings or code digests than
+the profile and code of this checkout (the block came from another run). Each table file's run-card line
+(`acesql_lib.reports.tables.run_card_note`) names that run's own card and is left out of the blocks.
 
     python scripts/readme_results.py --profile tiny            # after `make reproduce`
     python scripts/readme_results.py --profile tiny-study      # after `make study`
@@ -19,6 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's acesql_lib (the run card's digests)
 ALL_TABLES = ("table1_main", "table2_efficiency", "table4_ablation", "claims")
 SECTION_TABLES = ("table1_main", "claims:first_set")  # a profile's front-page block; "name:view" (VIEWS)
 
@@ -70,6 +74,29 @@ def first_set_rows(markdown: str) -> str:
 VIEWS = {"first_set": first_set_rows}  # table spec "name:view" -> the view of its Markdown
 
 
+def without_run_card_line(markdown: str) -> str:
+    """A table file without its run-card line (a block names no one run's card: `--check` compares the card)."""
+    from acesql_lib.reports.tables import RUN_CARD_NOTE
+
+    lead = RUN_CARD_NOTE.split(":")[0]
+    lines = markdown.splitlines()
+    kept = [ln for ln in lines if not ln.startswith(lead)]
+    while len(kept) < len(lines) and kept and not kept[-1].strip():  # the blank line before it
+        kept.pop()
+    return "\n".join(kept) + "\n"
+
+
+def run_card_problems(reports_dir: Path, profile: str) -> list[str]:
+    """Why reports_dir's run is not this checkout's run of `profile` ([] when its card's digests match); a
+    profile without its own configs/<profile>.yaml (a multi-seed study) has no run card to compare."""
+    from acesql_lib.config import CONFIG_DIR, load_config
+    from acesql_lib.run_card import CARD_JSON, card_problems
+
+    if not (CONFIG_DIR / f"{profile}.yaml").is_file():
+        return []
+    return card_problems(Path(reports_dir) / CARD_JSON, load_config(profile), ROOT)
+
+
 def results_section(reports_dir: Path, profile: str, tables_wanted: tuple[str, ...] = SECTION_TABLES) -> str:
     """The generated Markdown of one block: a provenance line, then each table's Markdown file."""
     tables = Path(reports_dir) / "tables"
@@ -86,7 +113,7 @@ def results_section(reports_dir: Path, profile: str, tables_wanted: tuple[str, .
         if not path.is_file():
             parts.append(f"_{name}: not written by this run._")
             continue
-        text = path.read_text(encoding="utf-8").strip()
+        text = without_run_card_line(path.read_text(encoding="utf-8")).strip()
         parts.append(VIEWS[view](text) if view else text)
     return "\n\n".join(parts)
 
@@ -125,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(new, encoding="utf-8")
             print(f"{path}: results block {name} updated")
+    if args.check:
+        stale += run_card_problems(reports_dir, args.profile)
     for line in stale:
         print(line, file=sys.stderr)
     return 1 if stale else 0

@@ -94,6 +94,23 @@ def test_tiny_pipeline_end_to_end(smoke):
     assert m("07_tables_and_figures")["n_artefacts"] >= len(TABLES) * 3 + len(FIGURES) * 2
     main_table = (reports / "tables" / "table1_main.md").read_text()
     assert "paper" in main_table.lower() and "tiny" in main_table.lower()
+    assert main_table.rstrip().splitlines()[-1].startswith("_Run card: `run_card.md`")  # every table names the card
+
+
+def test_the_run_writes_its_card_with_commit_settings_and_data_digests(smoke):
+    from acesql_lib.run_card import code_digest, git_state, settings_digest
+
+    folder, _ = smoke
+    card = json.loads((folder / "reports" / "run_card.json").read_text())
+    assert card["status"] == "ok" and card["git"]["commit"] == git_state()["commit"]
+    assert card["settings"]["digest"] == settings_digest(load_config("tiny", _overrides(folder)))
+    assert card["code"]["digest"] == code_digest()["digest"] and len(card["environment"]["digest"]) == 64
+    read = {(d["name"], d["role"]): d for d in card["data"]}
+    assert read[("tiny_dev", "eval questions")]["present"] and len(read[("tiny_dev", "eval databases")]["sha256"]) == 64
+    assert read[("shipped tiny base", "model")]["path"] == "data/tiny_base"
+    assert [n["name"] for n in card["times"]["notebooks"]] == NOTEBOOKS and card["times"]["calibration"]["seconds"] > 0
+    assert card["metrics"]["evaluation"]["rl"]["tiny_dev"]["n"] == SMOKE["eval.max_examples"]
+    assert (folder / "reports" / "run_card.md").read_text().startswith("# Run card: profile tiny")
 
 
 def _stream_text(cells) -> str:

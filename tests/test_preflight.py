@@ -40,6 +40,9 @@ def test_paper_profile_here_fails_naming_every_missing_piece(tmp_path):
                          ("spider_syn", "download_spider_syn"), ("spider_realistic", "download_spider_realistic")]:
         line = next(ln for ln in proc.stdout.splitlines() if f" {name} " in ln)
         assert MISSING in line and helper in line, line
+    for bench in ("bird_dev_20240627", "spider", "spider_dk", "spider_syn", "spider_realistic", "synsql"):
+        line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("checksums") and f" {bench} " in ln)
+        assert MISSING in line and f"acesql_lib.checksums --download --only {bench}" in line, line
     assert "acesql-test/not-downloaded" in proc.stdout and "huggingface-cli download" in proc.stdout
     import torch
 
@@ -60,7 +63,10 @@ def test_rehearsal_on_layouts_written_into_tmp_passes(tmp_path, capsys):
                          "spider_realistic"}
     assert data["bird_dev"].startswith("20 records") and "version dev_20240627" in data["bird_dev"]
     assert data["spider_dk"].startswith("137 records")  # 10 tiny + 127 real Spider-DK questions
-    assert {r.area for r in rows} == {"data", "model", "hardware", "packages", "disk", "stages"}
+    assert {r.area for r in rows} == {"data", "checksums", "model", "hardware", "packages", "disk", "stages"}
+    # the layouts written from the tiny world are not the publishers' files: said, not verified
+    assert {(r.item, r.status) for r in rows if r.area == "checksums"} == {
+        (b, INFO) for b in ("bird_dev_20240627", "spider", "spider_dk", "spider_syn", "spider_realistic", "synsql")}
     over = [f"{k}={v}" for k, v in {f"data.{r}": getattr(cfg.data, r) for r in ROOTS + ("tinyworld_dir",)}.items()]
     over += ["data.tiny_n_train=60", "data.tiny_n_dev=20", f"run_dir={tmp_path / 'run'}"]
     assert main(["--profile", "rehearsal", *over]) == 0

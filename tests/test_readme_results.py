@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from acesql_lib import reports
+from acesql_lib import reports, run_card
 from acesql_lib.config import load_config
 from helpers_reports import write_inputs  # the reports fixture, written by evaluate's own functions
 from repo_paths import ROOT
@@ -27,7 +29,9 @@ def reports_dir(tmp_path_factory) -> Path:
     dirs = write_inputs(root)
     cfg = load_config("tiny")
     for t in reports.build_tables(cfg, reports.ReportInputs(dirs.metrics, dirs.run)):
+        t.footer = reports.run_card_note(cfg)  # as build_all writes them
         t.write(dirs.tables, ["md"])
+    run_card.write_card(cfg, dirs.tables.parent)  # the run's card: this checkout's code, profile tiny's settings
     return dirs.tables.parent
 
 
@@ -40,13 +44,42 @@ def test_block_is_replaced_by_the_run_tables_and_the_rest_is_kept(reports_dir, t
     assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)]) == 0
     text = readme.read_text()
     assert "hand-copied" not in text and text.startswith("# Kit\n\nintro\n\n") and text.endswith("## Later\ntext\n")
-    claims = (reports_dir / "tables" / "claims.md").read_text().strip()
-    assert rr.first_set_rows(claims) in text and (reports_dir / "tables" / "table1_main.md").read_text().strip() in text
+    claims = rr.without_run_card_line((reports_dir / "tables" / "claims.md").read_text()).strip()
+    main_table = rr.without_run_card_line((reports_dir / "tables" / "table1_main.md").read_text()).strip()
+    assert rr.first_set_rows(claims) in text and main_table in text
     assert "| RL > SFT |" in text and "[" in text  # the claims with their CIs
     assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme), "--check"]) == 0
     before = readme.read_text()
     rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)])
     assert readme.read_text() == before  # idempotent
+
+
+def test_the_block_leaves_out_the_tables_run_card_line(reports_dir, tmp_path):
+    rr = _script()
+    table = (reports_dir / "tables" / "table1_main.md").read_text()
+    assert table.rstrip().endswith(reports.run_card_note(load_config("tiny")))
+    body = rr.results_section(reports_dir, "tiny")
+    assert "Run card:" not in body and table.split("\n\n_Run card:")[0].strip() in body
+
+
+def test_check_fails_when_the_run_card_is_from_other_settings_or_missing(reports_dir, tmp_path):
+    rr = _script()
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:tiny -->\nold\n<!-- /results:tiny -->\n")
+    assert rr.main(["--profile", "tiny", "--reports", str(reports_dir), "--readme", str(readme)]) == 0
+    run = tmp_path / "run"
+    shutil.copytree(reports_dir, run)
+    assert rr.main(["--profile", "tiny", "--reports", str(run), "--readme", str(readme), "--check"]) == 0
+    card = json.loads((run / "run_card.json").read_text())
+    card["settings"]["digest"] = "f" * 64
+    (run / "run_card.json").write_text(json.dumps(card))
+    assert rr.run_card_problems(run, "tiny") == [
+        f"{run / 'run_card.json'}: settings digest ffffffffffff is not profile tiny's "
+        f"{run_card.settings_digest(load_config('tiny'))[:12]} (overrides none)"]
+    assert rr.main(["--profile", "tiny", "--reports", str(run), "--readme", str(readme), "--check"]) == 1
+    (run / "run_card.json").unlink()
+    assert "no readable run card" in rr.run_card_problems(run, "tiny")[0]
+    assert rr.run_card_problems(run, "tiny-study") == []  # a study has no card of its own
 
 
 def test_missing_block_or_reports_are_named(reports_dir, tmp_path):
@@ -90,11 +123,12 @@ def test_the_front_page_block_and_the_details_block_come_from_one_run(reports_di
         rr.BLOCKS.update(saved)
     tables = reports_dir / "tables"
     front, details = readme.read_text(), status.read_text()
-    claims = (tables / "claims.md").read_text().strip()
-    assert rr.first_set_rows(claims) in front and (tables / "table1_main.md").read_text().strip() in front
-    assert (tables / "table4_ablation.md").read_text().strip() in details
+    claims = rr.without_run_card_line((tables / "claims.md").read_text()).strip()
+    main_table = rr.without_run_card_line((tables / "table1_main.md").read_text()).strip()
+    assert rr.first_set_rows(claims) in front and main_table in front
+    assert rr.without_run_card_line((tables / "table4_ablation.md").read_text()).strip() in details
     assert claims in details
-    assert (tables / "table2_efficiency.md").read_text().strip() not in front
+    assert rr.without_run_card_line((tables / "table2_efficiency.md").read_text()).strip() not in front
 
 
 def test_the_front_page_shows_the_claims_measured_on_the_first_set_and_says_where_the_rest_are():

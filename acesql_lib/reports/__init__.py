@@ -26,7 +26,8 @@ from .inputs import (  # noqa: F401
     ReportInputs, _num, load_paper_results, not_run)
 from .tables import (  # noqa: F401
     CI_NOTE, Table, dataset_label, ex_interval, fmt_ci, fmt_diff, fmt_p, hyperparameter_rows, paper_ci,
-    primary_set, table_ablation, table_efficiency, table_hyperparameters, table_main, table_robustness, variant_stage)
+    primary_set, table_ablation, table_efficiency, table_hyperparameters, table_main, table_robustness, variant_stage,
+    run_card_note)
 from .figures import (  # noqa: F401
     VARIANT_ORDER, _variant_colors, fig_output_length, fig_pcgrad, fig_pool, fig_rewards, fig_routes, plot_data_routes,
     plot_distillation, plot_distributions, plot_sft_loss, save_figure, set_style)
@@ -57,7 +58,10 @@ def build_all(cfg: Config | str, where: "Paths | ReportDirs | None" = None) -> d
     cfg = load_config(cfg) if isinstance(cfg, str) else cfg
     dirs = ReportDirs.of(where, cfg)
     inputs, paper = ReportInputs(dirs.metrics, dirs.run), load_paper_results()
-    out = {t.name: t.write(dirs.tables, cfg.reports.table_formats) for t in build_tables(cfg, inputs, paper)}
+    tables = build_tables(cfg, inputs, paper)
+    for t in tables:
+        t.footer = run_card_note(cfg)
+    out = {t.name: t.write(dirs.tables, cfg.reports.table_formats) for t in tables}
     out.update(build_figures(cfg, inputs, dirs.figures, paper))
     if inputs.problems:
         log.warning("%d input problem(s) while building reports; see ReportInputs.problems", len(inputs.problems))

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import stats
-from ..config import Config
+from ..config import BIRD_DEV_VERSION, Config
 from ..stats import Interval
 from .inputs import NOT_REPORTED, SET_LABELS, ReportInputs, _num, load_paper_results, not_run
 
@@ -22,6 +22,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
+    footer: str = ""  # a last line of the Markdown and LaTeX files (`run_card_note`: the run card, BIRD dev's version)
 
     def to_csv(self, path: Path) -> None:
         with path.open("w", newline="") as f:
@@ -35,6 +36,7 @@ class Table:
                  "|" + "|".join("---" for _ in self.columns) + "|"]
         lines += ["| " + " | ".join(map(esc, r)) + " |" for r in self.rows]
         lines += [""] + [f"- {n}" for n in self.notes] if self.notes else []
+        lines += ["", self.footer] if self.footer else []
         return "\n".join(lines) + "\n"
 
     def to_latex(self) -> str:
@@ -43,7 +45,7 @@ class Table:
                  " & ".join(_tex(c) for c in self.columns) + " \\\\", "\\midrule"]
         lines += [" & ".join(_tex(c) for c in r) + " \\\\" for r in self.rows]
         lines += ["\\bottomrule", "\\end{tabular}"]
-        lines += [f"\\par\\footnotesize {_tex(n)}" for n in self.notes]
+        lines += [f"\\par\\footnotesize {_tex(n)}" for n in self.notes + ([self.footer.strip("_")] if self.footer else [])]
         return "\n".join(lines + ["\\end{table}"]) + "\n"
 
     def write(self, out_dir: Path, formats: Iterable[str]) -> list[Path]:
@@ -132,6 +134,17 @@ def variant_stage(inputs: "ReportInputs", variant: str, set_name: str) -> str:
     if variant == "full" and not inputs.outcomes("rl_full", set_name):
         return "rl"
     return f"rl_{variant}"
+
+
+RUN_CARD_NOTE = "_Run card: `run_card.md` in this run's reports folder (commit, settings, environment and data digests)."
+
+
+def run_card_note(cfg: Config) -> str:
+    """The tables' last line: where the run card is, and which BIRD dev release this run and the paper's rows
+    were measured on (eval.sets[].version)."""
+    bird = next((s for s in cfg.eval.sets if s.name == "bird_dev"), None)
+    here = f"this run {bird.version}" if bird is not None else f"not measured in profile {cfg.profile}"
+    return f"{RUN_CARD_NOTE} BIRD dev version: {here}; the paper's rows {BIRD_DEV_VERSION}._"
 
 
 def dataset_label(name: str, cfg: Config) -> str:
