@@ -485,12 +485,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
 
     ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint.")
     ap.add_argument("--profile", default="tiny")
-    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint")
-    ap.add_argument("--stage", required=True, help="label for the outputs (base, sft, grpo, ...)")
-    ap.add_argument("--set", action="append", default=None, help="eval set name (default: every configured set)")
+    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint (or a hub id)")
+    ap.add_argument("--stage", help="label for the outputs (base, sft, grpo, ...); not with --baseline")
+    ap.add_argument("--set", "--sets", action="extend", nargs="+", default=None,
+                    help="eval set name(s) (default: every configured set)")
+    from .baselines.run import add_baseline_arguments, run_baseline_cli
+
+    add_baseline_arguments(ap)
     args = ap.parse_args(argv)
+    if not args.baseline and not args.stage:
+        ap.error("--stage is required (or --baseline NAME)")
     ctx = RunContext.create(args.profile)
     chosen = [s for s in ctx.cfg.eval.sets if not args.set or s.name in args.set]
+    if args.baseline:
+        return run_baseline_cli(ctx, args, chosen)
     results = evaluate_sets(ctx.cfg, ctx.paths, args.model, chosen, args.stage)
     for s in chosen:
         r = results[s.name]
