@@ -195,3 +195,60 @@ def test_each_protocol_evaluates_the_tiny_model_and_writes_ex_with_its_ci(name, 
             assert r["pred_sql"] == last_sql_block(r["answer"])
         else:
             assert len(r["sample_sqls"]) == proto.decoding().n and r["pred_sql"] in r["sample_sqls"]
+
+
+def _measured(run_dir, name, set_name, n_correct, n=200, tokens=300):
+    """A baseline's files as `evaluate_baseline` writes them (its own metrics and writer)."""
+    from acesql_lib.baselines.run import _describe, _write, baseline_metrics
+
+    records = [{"id": f"dev_{i:03d}", "db_id": "db", "difficulty": "", "question": "q", "pred_sql": "SELECT 1",
+                "correct": i < n_correct, "exec_status": "ok", "gold_sql": "SELECT 1", "retriever_tokens": 0,
+                "generator_tokens": tokens, "truncated": False, "overlong": None} for i in range(n)]
+    proto = protocol(name)
+    metrics = {**baseline_metrics(records), **_describe(name, proto.checkpoint, proto, "greedy", proto.decoding("greedy"),
+                                                        proto.max_new_tokens, proto.max_model_len)}
+    _write(run_dir / "eval" / "baselines" / name / set_name, set_name, metrics, records)
+
+
+def test_the_tables_put_a_measured_baseline_beside_the_paper_and_name_its_file(tmp_path):
+    from acesql_lib.reports import ReportInputs, load_paper_results, table_efficiency, table_main
+    from helpers_reports import write_inputs
+    from scipy import stats as sps
+
+    dirs = write_inputs(tmp_path)
+    _measured(dirs.run, "omnisql", "tiny_dev", 120)
+    _measured(dirs.run, "arctic", "tiny_dev", 130, tokens=900)
+    cfg, paper = load_config("tiny"), load_paper_results()
+    inputs = ReportInputs(dirs.metrics, dirs.run)
+
+    def wilson(k, n):
+        ci = sps.binomtest(k, n).proportion_ci(0.95, method="wilson")
+        return f"{100 * k / n:.1f} [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+    main = table_main(cfg, inputs, paper)
+    col = main.columns.index("tiny_dev (BIRD format)")
+    methods = [r[0] for r in main.rows]
+    paper_row, measured = main.rows[methods.index("OmniSQL")], main.rows[methods.index("OmniSQL") + 1]
+    assert paper_row[2] == "paper" and paper_row[3].startswith("63.9 [")  # the paper's number as before
+    assert measured[0] == "OmniSQL" and measured[1] == "seeklhy/OmniSQL-7B"
+    assert measured[2] == "measured by the kit (runs/eval/baselines/omnisql/<set>/metrics.json)"
+    assert measured[col] == wilson(120, 200) and measured[3] == "not measured"
+    arctic = main.rows[methods.index("Arctic-Text2SQL-R1-7B")]  # no paper row in Table 1: its own
+    assert arctic[col] == wilson(130, 200)
+    assert methods.count("SQL-R1") == 1 and "measured by the kit" in " ".join(main.notes)
+    eff = table_efficiency(cfg, inputs, paper)
+    row = next(r for r in eff.rows if r[0] == "Arctic-Text2SQL-R1-7B")
+    assert row[3] == wilson(130, 200) and row[4] == "900.0" and row[5] == "—" and row[6] == "900.0"
+    assert (tmp_path / "runs" / "eval" / "baselines" / "arctic" / "tiny_dev" / "metrics.json").is_file()
+
+
+def test_without_a_measurement_the_tables_show_the_papers_rows_as_before(tmp_path):
+    from acesql_lib.reports import ReportInputs, load_paper_results, table_efficiency, table_main
+    from helpers_reports import write_inputs
+
+    dirs = write_inputs(tmp_path)
+    cfg, paper = load_config("tiny"), load_paper_results()
+    inputs = ReportInputs(dirs.metrics, dirs.run)
+    assert [r[0] for r in table_main(cfg, inputs, paper).rows] == [r["method"] for r in paper["main_results"]] + [
+        "ACE-SQL (this kit)"]
+    assert all("measured by the kit" not in r[1] for r in table_efficiency(cfg, inputs, paper).rows)
