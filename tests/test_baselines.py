@@ -8,10 +8,11 @@ import sqlite3
 
 import pytest
 
-from acesql_lib.baselines import BASELINES, PROTOCOLS, baseline_dir, estimated_hours, evaluate_baseline, \
-    last_sql_block, majority_vote, protocol, release_question
+from acesql_lib.baselines import BASELINES, PROTOCOLS, baseline_dir, estimated_hours, last_sql_block, \
+    majority_vote, protocol, release_question
 from acesql_lib.baselines.omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
 from acesql_lib.config import EvalSet, load_config
+from acesql_lib.evaluate import evaluate_baseline
 from acesql_lib.jsonfiles import DatasetError
 from acesql_lib.models import load_tokenizer
 from acesql_lib.paths import Paths
@@ -252,3 +253,14 @@ def test_without_a_measurement_the_tables_show_the_papers_rows_as_before(tmp_pat
     assert [r[0] for r in table_main(cfg, inputs, paper).rows] == [r["method"] for r in paper["main_results"]] + [
         "ACE-SQL (this kit)"]
     assert all("measured by the kit" not in r[1] for r in table_efficiency(cfg, inputs, paper).rows)
+
+
+def test_the_command_line_names_a_wrong_baseline_and_a_missing_stage(capsys):
+    from acesql_lib.evaluate import main
+
+    with pytest.raises(SystemExit):
+        main(["--model", "data/tiny_base", "--baseline", "gpt"])
+    assert "invalid choice: 'gpt'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model", "data/tiny_base"])
+    assert "--stage is required (or --baseline NAME)" in capsys.readouterr().err

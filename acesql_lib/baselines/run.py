@@ -1,16 +1,18 @@
-"""Evaluate a released checkpoint under its own protocol (`protocols`) with the kit's executor and scoring rule.
+"""One evaluation set under a release's protocol (`protocols`), with the kit's executor and scoring rule.
 
-`python -m acesql_lib.evaluate --baseline NAME --model PATH_OR_HUB_ID [--set NAME ...]` runs
-`evaluate_baseline`: per set, the release's prompt for every question (its schema text from the set's
-tables.json and SQLite file, `omnisql_schema`), one engine call with the release's context, budget,
+`python -m acesql_lib.evaluate --baseline NAME --model PATH_OR_HUB_ID [--sets NAME ...]` runs
+`evaluate.evaluate_baseline`, which loads the checkpoint once (the release's context as `eval.max_model_len`,
+`release_config`) and calls `evaluate_release` per set: the release's prompt for every question (its schema text
+from the set's tables.json and SQLite file, `omnisql_schema`), one engine call with the release's budget,
 temperature and sample count, the release's SQL extraction, its vote over samples where it samples several,
 then the kit's scoring of the chosen SQL (`RolloutSpec.evaluation`: BIRD-format sets by `eval.scoring`,
 Spider-format ones in the Spider compare mode; errors, timeouts and prompts over the context score 0).
-"qwen3-8b" is the paper's own protocol: the kit's two-pass evaluation of the checkpoint (`evaluate_sets`).
+"qwen3-8b" is the paper's own protocol: the kit's two-pass evaluation of the checkpoint (`kit_baseline_metrics`
+adds the CI to its metrics).
 
-Files: `runs/<profile>/eval/baselines/<name>/<set>/` holds `predictions.jsonl` (per question), the official
-BIRD file and `metrics.json` (EX in percent with its 95% Wilson CI, the protocol, the decoding, the tokens);
-the reports read these (`reports.inputs.ReportInputs.baselines`).
+Files: `runs/<profile>/eval/baselines/<name>/<set>/` holds `predictions.jsonl` (per question, with the first
+sample's answer), the official BIRD file and `metrics.json` (EX in percent with its 95% Wilson CI, the protocol,
+the decoding, the tokens of every sample); the reports read these (`reports.inputs.ReportInputs.baselines`).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config import Config, EvalSet
+from ..eval_records import EvalResult, ex_by_difficulty, write_outputs
 from ..paths import Paths, resolve
 from .omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
 from .protocols import KIT_PROTOCOL, Decoding, Protocol, last_sql_block, protocol, release_question
@@ -129,7 +132,6 @@ def _record(ex: Any, roll: Any, samples: list[Any], sqls: list[str], chosen: str
 def baseline_metrics(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """EX (percent) with its 95% Wilson CI (percent), per difficulty, and the tokens of every sample."""
     from .. import stats
-    from ..evaluate import ex_by_difficulty
 
     by_diff = ex_by_difficulty(records)
     ci = stats.ex_ci([r["correct"] for r in records]) if records else None
@@ -158,69 +160,51 @@ def _describe(name: str, model_path: str | Path, proto: Protocol | None, decodin
 
 
 def _write(out_dir: Path, set_name: str, metrics: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Path]:
-    from ..evaluate import EvalResult, write_outputs
-
-    result = EvalResult(metrics, records, out_dir)
-    return write_outputs(result, set_name)
+    return write_outputs(EvalResult(metrics, records, out_dir), set_name)
 
 
-def _evaluate_kit(cfg: Config, paths: Paths, model_path: str | Path, sets: Sequence[EvalSet],
-                  progress: bool) -> dict[str, dict[str, Any]]:
-    """The paper's own protocol: the kit's evaluation, its metrics joined by the CI and the baseline's name."""
-    from ..evaluate import evaluate_sets
-
-    results = evaluate_sets(cfg, paths, model_path, sets, f"{BASELINES_DIR}/{KIT_PROTOCOL}", progress)
-    out = {}
-    for s in sets:
-        r = results[s.name]
-        ci = {k: v for k, v in baseline_metrics(r.records).items() if k.startswith("ex_ci")}
-        metrics = {**r.metrics, **ci, **_describe(KIT_PROTOCOL, model_path, None, "greedy", None, None, None)}
-        r.files["metrics"].write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
-        out[s.name] = metrics
-    return out
+def kit_baseline_metrics(result: EvalResult, model_path: str | Path) -> dict[str, Any]:
+    """The paper's own protocol (the kit's evaluation, `evaluate`): its metrics joined by the EX's CI and the
+    baseline's description, written back to its metrics.json."""
+    ci = {k: v for k, v in baseline_metrics(result.records).items() if k.startswith("ex_ci")}
+    metrics = {**result.metrics, **ci, **_describe(KIT_PROTOCOL, model_path, None, "greedy", None, None, None)}
+    result.files["metrics"].write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
 
 
-def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Path, sets: Sequence[EvalSet],
-                      decoding_name: str | None = None, max_new_tokens: int | None = None,
-                      progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Evaluate `model_path` under baseline `name`'s protocol on `sets`; metrics by set name (files in
-    `baseline_dir`). `max_new_tokens` replaces the release's budget (a CPU check; the metrics say so)."""
-    from ..evaluate import LoadedCheckpoint, load_eval_set
+def release_config(cfg: Config, name: str) -> Config:
+    """The profile's settings with the release's engine context (`eval.max_model_len`)."""
+    return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_model_len=protocol(name).max_model_len))
 
-    if name == KIT_PROTOCOL:
-        return _evaluate_kit(cfg, paths, model_path, sets, progress)
+
+def evaluate_release(cfg: Config, paths: Paths, name: str, checkpoint: Any, eval_set: EvalSet, examples: Sequence[Any],
+                     schemas: dict[str, Any], decoding_name: str | None = None, max_new_tokens: int | None = None,
+                     progress: bool = True) -> dict[str, Any]:
+    """One set under release `name`'s protocol with the loaded `checkpoint` (`evaluate.LoadedCheckpoint` of
+    `release_config`); its metrics, files in `baseline_dir`. `max_new_tokens` replaces the release's budget (a
+    CPU check; the metrics say so)."""
     proto = protocol(name)
     decoding_name = decoding_name or proto.default_decoding
     decoding = proto.decoding(decoding_name)
     budget = max_new_tokens or proto.max_new_tokens
-    run_cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_model_len=proto.max_model_len))
-    checkpoint = LoadedCheckpoint(run_cfg, model_path)
-    out = {}
-    try:
-        for eval_set in sets:
-            start = time.perf_counter()
-            examples, schemas = load_eval_set(cfg, eval_set)
-            _, tokenizer, engine = checkpoint.get()
-            context = min(proto.max_model_len, getattr(engine, "max_model_len", None) or proto.max_model_len)
-            prompts = release_prompts(cfg, proto, tokenizer, examples, _db_infos(eval_set, schemas),
-                                      paths.run / "values_index")
-            outs = _generate(cfg, engine, tokenizer, prompts, decoding, budget, context, progress)
-            sqls = [[last_sql_block(c.text) for c in samples] for samples in outs]
-            chosen = [majority_vote(s, ex.db_path, proto.vote_timeout_s) if decoding.voted else s[0]
-                      for s, ex in zip(sqls, examples)]
-            mode = "set" if eval_set.format == "bird" else "spider"
-            rolls = _score(cfg, examples, schemas, prompts, outs, chosen, mode)
-            records = [_record(ex, r, o, s, c) for ex, r, o, s, c in zip(examples, rolls, outs, sqls, chosen)]
-            metrics = {"set": eval_set.name, "mode": mode, "scoring": cfg.eval.scoring if mode == "set" else "kit",
-                       "engine": engine.kind, **baseline_metrics(records),
-                       **_describe(name, model_path, proto, decoding_name, decoding, budget, context),
-                       "relevant_values": proto.relevant_values and cfg.data.relevant_values,
-                       "seconds": time.perf_counter() - start}
-            _write(baseline_dir(paths, name, eval_set.name), eval_set.name, metrics, records)
-            out[eval_set.name] = metrics
-    finally:
-        checkpoint.close()
-    return out
+    start = time.perf_counter()
+    _, tokenizer, engine = checkpoint.get()
+    context = min(proto.max_model_len, getattr(engine, "max_model_len", None) or proto.max_model_len)
+    prompts = release_prompts(cfg, proto, tokenizer, examples, _db_infos(eval_set, schemas), paths.run / "values_index")
+    outs = _generate(cfg, engine, tokenizer, prompts, decoding, budget, context, progress)
+    sqls = [[last_sql_block(c.text) for c in samples] for samples in outs]
+    chosen = [majority_vote(s, ex.db_path, proto.vote_timeout_s) if decoding.voted else s[0]
+              for s, ex in zip(sqls, examples)]
+    mode = "set" if eval_set.format == "bird" else "spider"
+    rolls = _score(cfg, examples, schemas, prompts, outs, chosen, mode)
+    records = [_record(ex, r, o, s, c) for ex, r, o, s, c in zip(examples, rolls, outs, sqls, chosen)]
+    metrics = {"set": eval_set.name, "mode": mode, "scoring": cfg.eval.scoring if mode == "set" else "kit",
+               "engine": engine.kind, **baseline_metrics(records),
+               **_describe(name, checkpoint.model_path, proto, decoding_name, decoding, budget, context),
+               "relevant_values": proto.relevant_values and cfg.data.relevant_values,
+               "seconds": time.perf_counter() - start}
+    _write(baseline_dir(paths, name, eval_set.name), eval_set.name, metrics, records)
+    return metrics
 
 
 def add_baseline_arguments(ap: Any) -> None:
@@ -232,16 +216,10 @@ def add_baseline_arguments(ap: Any) -> None:
     ap.add_argument("--max-new-tokens", type=int, help="with --baseline: replace the release's budget (CPU checks)")
 
 
-def run_baseline_cli(ctx: Any, args: Any, chosen: Sequence[EvalSet]) -> dict[str, dict[str, Any]]:
-    """The CLI's baseline run: every chosen set, one printed line each."""
-    unknown = sorted(set(args.set or []) - {s.name for s in ctx.cfg.eval.sets})
-    if unknown:
-        raise SystemExit(f"eval set(s) {', '.join(unknown)} not in eval.sets of profile {ctx.cfg.profile} "
-                         f"({', '.join(s.name for s in ctx.cfg.eval.sets)})")
-    results = evaluate_baseline(ctx.cfg, ctx.paths, args.baseline, args.model, chosen, args.decoding,
-                                args.max_new_tokens)
-    for name, m in results.items():
-        print(json.dumps({"baseline": args.baseline, "set": name, "ex": round(m["ex"], 2),
+def print_baseline_results(paths: Paths, name: str, results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The CLI's line per set: EX, its CI, n and the folder of the files."""
+    for set_name, m in results.items():
+        print(json.dumps({"baseline": name, "set": set_name, "ex": round(m["ex"], 2),
                           "ci": [round(m["ex_ci_low"], 2), round(m["ex_ci_high"], 2)], "n": m["n"],
-                          "out_dir": str(baseline_dir(ctx.paths, args.baseline, name))}))
+                          "out_dir": str(baseline_dir(paths, name, set_name))}))
     return results
