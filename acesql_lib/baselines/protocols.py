@@ -20,13 +20,14 @@ samples, the vote over samples) and the SQL taken from the answer. Where each pr
   more instruction lines, OmniSQL's schema text without relevant values, `db_id2relevant_hits=None`),
   `src/inference.py` (one user turn, `enable_thinking=False` for a checkpoint not named Qwen3, context 8,192,
   2,048 new tokens, the same extraction), `sh/inference.sh` (n 8, temperature 0.8) and `sh/eval_bird.sh` +
-  `src/evaluation_bird_post.py` (major voting: each sample executed, 10 s each; the SQL of the result most
-  samples return wins, the first such sample on a tie; when none runs, one at random, seed 42).
+  `src/evaluation_bird_post.py` (major voting).
 - "qwen3-8b" (Qwen/Qwen3-8B): the paper's own protocol, the kit's two-pass evaluation (`evaluate`, §5).
 
-The majority vote (OmniSQL's, Arctic's and SQL-R1's `major_voting`): samples whose SQL runs without error
-vote with their result as a set of rows; the first sample of the most voted result is the answer. When no
-sample runs the kit takes the first (SQL-R1 draws one at random; every such SQL fails, so EX is the same).
+The majority vote (`major_voting` of OmniSQL's and Arctic's `evaluate_bird.py` and SQL-R1's
+`evaluation_bird_post.py`): every sample's SQL is executed, 10 s each; those that run without error vote with
+their result as a set of rows (an empty answer runs as no rows); the first sample of the most voted result is the
+answer. When no sample runs the kit takes the first (the releases draw one at random, seed 42; every such SQL
+fails, so EX is the same).
 """
 from __future__ import annotations
 
