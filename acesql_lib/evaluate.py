@@ -293,8 +293,8 @@ def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, 
 
 # What an evaluation's outputs depend on besides settings: the code that loads, prompts, generates,
 # parses, executes and scores (a change to any of them evaluates afresh)
-EVAL_CODE = ("evaluate", "eval_records", "rollouts", "task", "prompts", "engines", "evalparse", "executor", "schema", "values_index",
-             "sqlcolumns", "routes", "datasets", "models", "stats")
+EVAL_CODE = ("evaluate", "eval_records", "rollouts", "task", "prompts", "engines", "evalparse", "executor", "schema",
+             "values_index", "sqlcolumns", "routes", "datasets", "models", "stats")
 
 
 def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str, Any]:

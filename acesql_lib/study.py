@@ -41,8 +41,8 @@ def part_settings(profile: str, overrides: dict[str, Any], seed: int | None, sta
     """What a part's results depend on: profile, overrides, its RL seed, the kit's code and, for a
     seed, the SFT model it starts from (`models.model_tag`), so rebuilt shared stages redo every seed."""
     return {"profile": profile, "overrides": overrides, "seed": seed, "start": start,
-            "code": code_hash("grpo", "evaluate", "rewards", "pool", "pcgrad", "rollouts", "distill", "sft",
-                              "tinybase", "prompts", "executor")}
+            "code": code_hash("grpo", "evaluate", "eval_records", "rewards", "pool", "pcgrad", "rollouts", "distill",
+                              "sft", "tinybase", "prompts", "executor")}
 
 
 def is_done(folder: Path, settings: dict[str, Any]) -> bool:

@@ -149,8 +149,9 @@ def _key_lines(db_info: Mapping[str, Any], t_idx: int, kept: list[int]) -> list[
             if src == i:
                 s_table, s_col = tables[cols[src][0]], cols[src][1]
                 d_table, d_col = tables[cols[dst][0]], cols[dst][1]
-                fk_lines.append(f"    CONSTRAINT fk_{s_table.lower().replace(' ', '_')}_{s_col.lower().replace(' ', '_')} "
-                                f"FOREIGN KEY ({identifier(s_col)}) REFERENCES {identifier(d_table)} ({identifier(d_col)}),")
+                name = f"fk_{s_table.lower().replace(' ', '_')}_{s_col.lower().replace(' ', '_')}"
+                fk_lines.append(f"    CONSTRAINT {name} FOREIGN KEY ({identifier(s_col)}) "
+                                f"REFERENCES {identifier(d_table)} ({identifier(d_col)}),")
     return lines + list(dict.fromkeys(fk_lines))
 
 

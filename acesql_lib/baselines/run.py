@@ -124,7 +124,8 @@ def _score(cfg: Config, examples: Sequence[Any], schemas: dict[str, Any], prompt
 def _record(ex: Any, roll: Any, samples: list[Any], sqls: list[str], chosen: str) -> dict[str, Any]:
     return {"id": ex.id, "db_id": ex.db_id, "difficulty": ex.difficulty or "", "question": ex.question,
             "pred_sql": chosen, "correct": bool(roll.matches[0]), "exec_status": roll.exec_status[0],
-            "gold_sql": ex.sql, "answer": samples[0].text, "retriever_tokens": 0, "generator_tokens": sum(c.n_tokens for c in samples),
+            "gold_sql": ex.sql, "answer": samples[0].text, "retriever_tokens": 0,
+            "generator_tokens": sum(c.n_tokens for c in samples),
             "sample_sqls": sqls if len(sqls) > 1 else None, "truncated": any(c.truncated for c in samples),
             "overlong": "generator" if samples[0].overlong else None}
 
