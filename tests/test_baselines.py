@@ -232,7 +232,7 @@ def test_the_tables_put_a_measured_baseline_beside_the_paper_and_name_its_file(t
     paper_row, measured = main.rows[methods.index("OmniSQL")], main.rows[methods.index("OmniSQL") + 1]
     assert paper_row[2] == "paper" and paper_row[3].startswith("63.9 [")  # the paper's number as before
     assert measured[0] == "OmniSQL" and measured[1] == "seeklhy/OmniSQL-7B"
-    assert measured[2] == "measured by the kit (runs/eval/baselines/omnisql/<set>/metrics.json)"
+    assert measured[2] == "measured by the kit, greedy (runs/eval/baselines/omnisql/<set>/metrics.json)"
     assert measured[col] == wilson(120, 200) and measured[3] == "not measured"
     arctic = main.rows[methods.index("Arctic-Text2SQL-R1-7B")]  # no paper row in Table 1: its own
     assert arctic[col] == wilson(130, 200)

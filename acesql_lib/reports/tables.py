@@ -205,9 +205,12 @@ def _baseline_rows(inputs: ReportInputs, paper_rows: list[dict[str, Any]], metho
 
 
 def _source(by_set: dict[str, dict[str, Any]], sets: list[str]) -> str:
-    files = [by_set[s]["results_file"] for s in sets if s in by_set]
-    folder = str(Path(files[0]).parent.parent) if files else ""
-    return f"{MEASURED} ({folder}/<set>/metrics.json)" if folder else MEASURED
+    """"measured by the kit, <decoding> (<folder>/<set>/metrics.json)": who measured, how it decoded, where."""
+    found = [by_set[s] for s in sets if s in by_set]
+    if not found:
+        return MEASURED
+    folder = Path(found[0]["results_file"]).parent.parent
+    return f"{MEASURED}, {found[0].get('decoding', 'greedy')} ({folder}/<set>/metrics.json)"
 
 
 CI_NOTE = ("[a, b]: 95% CI. Paper numbers: Wilson interval at the benchmark's size (BIRD dev 1,534, Spider dev "
@@ -238,7 +241,8 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
         if name is None:
             return [r["method"], r["base"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in paper_sets] \
                 + [NOT_REPORTED] * len(extra)
-        model = next(iter(by_set.values()))["model"]
+        model = str(next(iter(by_set.values())).get("model", NOT_REPORTED))
+        model = Path(model).name if Path(model).is_absolute() else model  # a hub id, or the local folder's name
         return [r["method"] if r else _baseline_label(name), model, _source(by_set, paper_sets + extra)] \
             + [fmt_ci(measured_ci(by_set.get(s)), "not measured") for s in paper_sets + extra]
 
