@@ -89,7 +89,7 @@ Example format:
 Correct SQL query here
 ```
 </answer>"""
-ARCTIC_USER_TEMPLATE = _BODY + "\nOutput Format:\n{output_format}"
+ARCTIC_USER_TEMPLATE = _BODY + "\nOutput Format:\n" + _ARCTIC_FORMAT  # the release strips the filled text
 ARCTIC_ASSISTANT_START = "Let me solve this step by step. \n<think>"
 
 _SQL_BLOCK = re.compile(r"```sql\s*(.*?)\s*```", re.DOTALL)
@@ -126,21 +126,20 @@ class Protocol:
     source: str  # the repository whose evaluation code it follows (module docstring names the files)
     max_model_len: int  # the engine's context (prompt + answer)
     max_new_tokens: int
+    user_template: str  # the user turn, filled with db_engine, db_details and question
     decodings: dict[str, Decoding] = field(default_factory=dict)
     default_decoding: str = "greedy"
     relevant_values: bool = True  # the schema text shows the question's values (BM25 index)
     system: str = ""
+    strip_user: bool = False  # the release strips the filled user turn (Arctic's `.strip()`)
     chat_kwargs: tuple[tuple[str, Any], ...] = ()  # extra apply_chat_template arguments
     assistant_start: str = ""  # text the release appends to the rendered prompt
     vote_timeout_s: float = 10.0  # each sample's execution in the vote (OmniSQL's evaluate_bird.py, SQL-R1's)
     paper_methods: tuple[str, ...] = ()  # the rows of data/paper_results.yaml this checkpoint is
 
     def user_text(self, db_details: str, question: str) -> str:
-        if self.name == "arctic":
-            return ARCTIC_USER_TEMPLATE.format(db_engine="SQLite", db_details=db_details, question=question,
-                                               output_format=_ARCTIC_FORMAT).strip()
-        template = SQL_R1_TEMPLATE if self.name == "sql_r1" else OMNISQL_TEMPLATE
-        return template.format(db_engine="SQLite", db_details=db_details, question=question)
+        text = self.user_template.format(db_engine="SQLite", db_details=db_details, question=question)
+        return text.strip() if self.strip_user else text
 
     def messages(self, db_details: str, question: str) -> list[dict[str, str]]:
         system = [{"role": "system", "content": self.system}] if self.system else []
@@ -166,12 +165,13 @@ def release_question(question: str, evidence: str = "") -> str:
 
 
 PROTOCOLS: dict[str, Protocol] = {p.name: p for p in (
-    Protocol("omnisql", "seeklhy/OmniSQL-7B", "RUCKBReasoning/OmniSQL", 8192, 2048,
+    Protocol("omnisql", "seeklhy/OmniSQL-7B", "RUCKBReasoning/OmniSQL", 8192, 2048, OMNISQL_TEMPLATE,
              {"greedy": GREEDY, "major_voting": MAJOR_VOTING}, paper_methods=("OmniSQL", "OmniSQL-7B")),
     Protocol("arctic", "Snowflake/Arctic-Text2SQL-R1-7B", "snowflakedb/ArcticTraining", 16384, 8192,
-             {"greedy": GREEDY, "self_consistency": MAJOR_VOTING}, system=ARCTIC_SYSTEM,
+             ARCTIC_USER_TEMPLATE, {"greedy": GREEDY, "self_consistency": MAJOR_VOTING}, system=ARCTIC_SYSTEM,
+             strip_user=True,
              assistant_start=ARCTIC_ASSISTANT_START, paper_methods=("Arctic-Text2SQL-R1-7B",)),
-    Protocol("sql_r1", "MPX0222forHF/SQL-R1-7B", "IDEA-FinAI/SQL-R1", 8192, 2048,
+    Protocol("sql_r1", "MPX0222forHF/SQL-R1-7B", "IDEA-FinAI/SQL-R1", 8192, 2048, SQL_R1_TEMPLATE,
              {"major_voting": MAJOR_VOTING, "greedy": GREEDY}, default_decoding="major_voting",
              relevant_values=False, chat_kwargs=(("enable_thinking", False),),
              paper_methods=("SQL-R1", "SQL-R1-7B")),
