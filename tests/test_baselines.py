@@ -264,3 +264,19 @@ def test_the_command_line_names_a_wrong_baseline_and_a_missing_stage(capsys):
     with pytest.raises(SystemExit):
         main(["--model", "data/tiny_base"])
     assert "--stage is required (or --baseline NAME)" in capsys.readouterr().err
+
+
+def test_a_spider_set_with_tables_json_gets_the_release_prompt_and_the_spider_compare_mode(tmp_path):
+    from acesql_lib.baselines.run import _db_infos, release_prompts
+    from acesql_lib.evaluate import load_eval_set
+
+    cfg = load_config("tiny", {"eval.workers": 1, "eval.max_examples": 4})
+    paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
+    dk = EvalSet("dk", "spider", str(DK / "Spider-DK.json"), str(DK / "tables.json"), str(DK / "database"))
+    examples, schemas = load_eval_set(cfg, dk)
+    tokenizer = load_tokenizer(TINY_BASE)
+    prompts = release_prompts(cfg, protocol("omnisql"), tokenizer, examples, _db_infos(dk, schemas), tmp_path)
+    rows = json.loads((DK / "Spider-DK.json").read_text())[:4]
+    assert prompts == [protocol("omnisql").prompt(tokenizer, _dk_details(r["db_id"]), r["question"]) for r in rows]
+    metrics = evaluate_baseline(cfg, paths, "omnisql", TINY_BASE, [dk], max_new_tokens=8, progress=False)["dk"]
+    assert (metrics["mode"], metrics["scoring"], metrics["n"]) == ("spider", "kit", 4)
