@@ -439,10 +439,10 @@ def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Pa
     """A released checkpoint under its own protocol (`acesql_lib.baselines`), metrics by set name, files under
     runs/<profile>/eval/baselines/<name>/<set>. The paper's own protocol ("qwen3-8b") is this module's two-pass
     evaluation; a release's runs its prompts, decoding and extraction with one engine for every set."""
-    from .baselines import KIT_PROTOCOL, evaluate_release, kit_baseline_metrics, release_config
+    from .baselines import BASELINES_DIR, KIT_PROTOCOL, evaluate_release, kit_baseline_metrics, release_config
 
     if name == KIT_PROTOCOL:
-        results = evaluate_sets(cfg, paths, model_path, eval_sets, f"baselines/{name}", progress)
+        results = evaluate_sets(cfg, paths, model_path, eval_sets, f"{BASELINES_DIR}/{name}", progress)
         return {s: kit_baseline_metrics(r, model_path) for s, r in results.items()}
     checkpoint = LoadedCheckpoint(release_config(cfg, name), model_path)
     try:
@@ -455,7 +455,8 @@ def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Pa
 def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
     from .context import RunContext
 
-    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint.")
+    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint, or (--baseline) a "
+                                             "released checkpoint under its own published protocol.")
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint (or a hub id)")
     ap.add_argument("--stage", help="label for the outputs (base, sft, grpo, ...); not with --baseline")

@@ -280,3 +280,15 @@ def test_a_spider_set_with_tables_json_gets_the_release_prompt_and_the_spider_co
     assert prompts == [protocol("omnisql").prompt(tokenizer, _dk_details(r["db_id"]), r["question"]) for r in rows]
     metrics = evaluate_baseline(cfg, paths, "omnisql", TINY_BASE, [dk], max_new_tokens=8, progress=False)["dk"]
     assert (metrics["mode"], metrics["scoring"], metrics["n"]) == ("spider", "kit", 4)
+
+
+def test_an_unreadable_baseline_file_is_reported_and_left_out(tmp_path):
+    from acesql_lib.reports import ReportInputs
+
+    _measured(tmp_path / "runs", "omnisql", "bird_dev", 50, n=100)
+    bad = tmp_path / "runs" / "eval" / "baselines" / "arctic" / "bird_dev" / "metrics.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("{not json")
+    inputs = ReportInputs(tmp_path / "metrics", tmp_path / "runs")
+    assert list(inputs.baselines()) == ["omnisql"] and inputs.baselines()["omnisql"]["bird_dev"]["ex"] == 50.0
+    assert any(str(bad) in p and "not valid JSON" in p for p in inputs.problems)
