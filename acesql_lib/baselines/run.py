@@ -75,7 +75,7 @@ def majority_vote(sqls: Sequence[str], db_path: str, timeout_s: float, threads: 
     def result_of(sql: str) -> frozenset | None:
         if has_no_statement(sql):  # Python's sqlite3 runs it as no rows, no error: a valid empty result
             return frozenset()
-        r = execute(db_path, sql, timeout_s=timeout_s)
+        r = execute(db_path, sql, timeout_s=timeout_s, max_rows=0)  # no row cap, as the releases fetch all
         return frozenset(r.rows) if r.status == "ok" else None
 
     distinct = list(dict.fromkeys(sqls))
