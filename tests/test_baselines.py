@@ -212,7 +212,7 @@ def _measured(run_dir, name, set_name, n_correct, n=200, tokens=300):
 
 
 def test_the_tables_put_a_measured_baseline_beside_the_paper_and_name_its_file(tmp_path):
-    from acesql_lib.reports import ReportInputs, load_paper_results, table_efficiency, table_main
+    from acesql_lib.reports import ReportInputs, load_paper_results, table_efficiency, table_main, table_robustness
     from helpers_reports import write_inputs
     from scipy import stats as sps
 
@@ -241,6 +241,15 @@ def test_the_tables_put_a_measured_baseline_beside_the_paper_and_name_its_file(t
     row = next(r for r in eff.rows if r[0] == "Arctic-Text2SQL-R1-7B")
     assert row[3] == wilson(130, 200) and row[4] == "900.0" and row[5] == "—" and row[6] == "900.0"
     assert (tmp_path / "runs" / "eval" / "baselines" / "arctic" / "tiny_dev" / "metrics.json").is_file()
+    # Table 3 has no tiny_dev column: a baseline measured on none of its sets adds no row
+    assert [r[0] for r in table_robustness(cfg, inputs, paper).rows] == [r["method"] for r in paper["robustness"]] + [
+        "ACE-SQL (this kit)"]
+    _measured(dirs.run, "omnisql", "spider_dk", 150, n=535)
+    rob = table_robustness(cfg, ReportInputs(dirs.metrics, dirs.run), paper)
+    methods = [r[0] for r in rob.rows]
+    measured = rob.rows[methods.index("OmniSQL-7B") + 1]
+    assert measured[1].startswith("measured by the kit") and measured[2] == wilson(150, 535)
+    assert measured[3] == "not measured"
 
 
 def test_without_a_measurement_the_tables_show_the_papers_rows_as_before(tmp_path):

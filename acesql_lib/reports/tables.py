@@ -185,23 +185,26 @@ def measured_ci(m: dict[str, Any] | None) -> Interval | None:
     return None if None in (ex, low, high) else Interval(ex / 100, low / 100, high / 100)
 
 
-def _baseline_rows(inputs: ReportInputs, paper_rows: list[dict[str, Any]], method_key: str,
-                   row: Any) -> list[list[str]]:
-    """The paper's rows, each followed by the kit's measurement of the same checkpoint when one exists
-    (`row(paper_row, baseline, measured)`, paper_row None for a measured baseline the paper's table lacks)."""
+def _baseline_rows(inputs: ReportInputs, sets: list[str], paper_rows: list[dict[str, Any]], row: Any) -> list[list[str]]:
+    """The paper's rows, each followed by the kit's measurement of the same checkpoint on some of `sets` when one
+    exists (`row(paper_row, baseline, by_set)`, paper_row None for a measured baseline the paper's table lacks)."""
     from ..baselines import PAPER_METHODS
 
-    measured = inputs.baselines()
+    measured = {name: by_set for name, by_set in inputs.baselines().items() if set(by_set) & set(sets)}
     of_method = {m: name for name, methods in PAPER_METHODS.items() for m in methods}
     rows, shown = [], set()
     for r in paper_rows:
         rows.append(row(r, None, None))
-        name = of_method.get(r[method_key])
+        name = of_method.get(r["method"])
         if name in measured and name not in shown:
             rows.append(row(r, name, measured[name]))
             shown.add(name)
     rows += [row(None, name, measured[name]) for name in sorted(set(measured) - shown)]
     return rows
+
+
+def _has_measured(rows: list[list[str]]) -> bool:
+    return any(str(cell).startswith(MEASURED) for r in rows for cell in r)
 
 
 def _source(by_set: dict[str, dict[str, Any]], sets: list[str]) -> str:
@@ -246,13 +249,13 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
         return [r["method"] if r else _baseline_label(name), model, _source(by_set, paper_sets + extra)] \
             + [fmt_ci(measured_ci(by_set.get(s)), "not measured") for s in paper_sets + extra]
 
-    rows = _baseline_rows(inputs, paper["main_results"], "method", row)
+    rows = _baseline_rows(inputs, paper_sets + extra, paper["main_results"], row)
     rl = inputs.evaluation().get("rl", {})
     base = "tiny Qwen3 (trained from scratch)" if cfg.model.build_tiny else cfg.model.base_model
     rows.append(["ACE-SQL (this kit)", base, f"profile {prof}"]
                 + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(prof)) for s in paper_sets + extra])
     notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5).", CI_NOTE]
-    if inputs.baselines():
+    if _has_measured(rows):
         notes.append(BASELINE_NOTE)
     if extra:
         notes.append(f"{', '.join(dataset_label(s, cfg) for s in extra)}: the kit's own dev set, not a paper benchmark; "
@@ -275,7 +278,7 @@ def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -
                 _fmt((m or {}).get("retriever_tokens"), "not measured") if two_pass else NOT_REPORTED,
                 _fmt((m or {}).get("generator_tokens"), "not measured")]
 
-    rows = _baseline_rows(inputs, paper["efficiency"], "method", row)
+    rows = _baseline_rows(inputs, [ps], paper["efficiency"], row)
     for stage, label in (("sft", "ACE-SQL SFT (this kit)"), ("rl", "ACE-SQL SFT + RL (this kit)")):
         m = inputs.evaluation().get(stage, {}).get(ps)
         tot, ret, gen = _tokens(inputs, m, stage, ps)
@@ -284,7 +287,7 @@ def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -
                      _fmt(tot, nr), _fmt(ret, nr), _fmt(gen, nr)])
     notes = ["Output tokens / query: retriever + generator generated tokens per question, counted with the policy's "
              "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5).", CI_NOTE]
-    if inputs.baselines():
+    if _has_measured(rows):
         notes.append(BASELINE_NOTE + " Their output tokens count every sample (a voted decoding: all n).")
     return Table("table2_efficiency", "Efficiency: EX (%) and output tokens per query, paper vs this run", cols, rows, notes)
 
@@ -292,11 +295,19 @@ def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -
 def table_robustness(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     sets = ["spider_dk", "spider_syn", "spider_realistic"]
     cols = ["Method", "Source"] + [SET_LABELS[s] for s in sets]
-    rows = [[r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets] for r in paper["robustness"]]
+
+    def row(r: dict[str, Any] | None, name: str | None, by_set: dict[str, dict[str, Any]] | None) -> list[str]:
+        if name is None:
+            return [r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets]
+        return [r["method"] if r else _baseline_label(name), _source(by_set, sets)] \
+            + [fmt_ci(measured_ci(by_set.get(s)), "not measured") for s in sets]
+
+    rows = _baseline_rows(inputs, sets, paper["robustness"], row)
     rl = inputs.evaluation().get("rl", {})
     rows.append(["ACE-SQL (this kit)", f"profile {cfg.profile}"]
                 + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(cfg.profile)) for s in sets])
-    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows, [CI_NOTE])
+    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows,
+                 [CI_NOTE] + ([BASELINE_NOTE] if _has_measured(rows) else []))
 
 
 def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
