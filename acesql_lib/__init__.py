@@ -29,7 +29,7 @@ PUBLIC = {
     "run_distillation": "distill",
     "train_sft": "sft",
     "build_trainer": "grpo",
-    "evaluate_sets": "evaluate", "evaluate_checkpoints": "evaluate",
+    "evaluate_sets": "evaluate", "evaluate_checkpoints": "evaluate", "evaluate_baseline": "evaluate",
     "build_tables": "reports",
     "preflight_table": "preflight",
 }

@@ -48,15 +48,14 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .config import Config, EvalSet
 from .reuse_keys import code_hash, engine_key, settings_hash
 from .engines import Engine, HFEngine, make_engine, policy_load_device
-from .executor import write_bird_predictions
+from .eval_records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401
 from .paths import Paths, resolve
 from .prompts import evaluation_style
 from .rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
@@ -66,40 +65,8 @@ from .routes import alternative_route, route_share
 from .schema import Schema
 from .timing import as_metrics, since, totals
 
-DIFFICULTY_ORDER = ("simple", "moderate", "challenging")  # BIRD's levels first, others after in sorted order
-
-
-@dataclass
-class EvalResult:
-    metrics: dict[str, Any]
-    records: list[dict[str, Any]]
-    out_dir: Path | None = None
-    files: dict[str, Path] = field(default_factory=dict)
-
-    @property
-    def ex(self) -> float:
-        return self.metrics["ex"]
-
-
 # ---------------------------------------------------------------------------------------------
 # Metrics: pure functions of per-question records (so they are tested on fixed records)
-
-
-def _pct(hits: Iterable[bool]) -> tuple[float, int]:
-    hits = [bool(h) for h in hits]
-    return (100.0 * sum(hits) / len(hits) if hits else 0.0), len(hits)
-
-
-def ex_by_difficulty(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
-    """{"overall": {"ex": %, "n": n}, "<level>": {...}} over every level present in the records."""
-    out = {}
-    ex, n = _pct(r["correct"] for r in records)
-    out["overall"] = {"ex": ex, "n": n}
-    levels = {str(r.get("difficulty") or "") for r in records} - {""}
-    for level in [lv for lv in DIFFICULTY_ORDER if lv in levels] + sorted(levels - set(DIFFICULTY_ORDER)):
-        ex, n = _pct(r["correct"] for r in records if r.get("difficulty") == level)
-        out[level] = {"ex": ex, "n": n}
-    return out
 
 
 def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
@@ -303,20 +270,6 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     return result
 
 
-def write_outputs(result: EvalResult, set_name: str) -> dict[str, Path]:
-    """predictions.jsonl (per question), predict_<set>.json (official BIRD format), metrics.json."""
-    out = result.out_dir
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"predictions": out / "predictions.jsonl", "bird": out / f"predict_{set_name}.json",
-             "metrics": out / "metrics.json"}
-    with files["predictions"].open("w", encoding="utf-8") as f:
-        for r in result.records:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    write_bird_predictions(files["bird"], [r["pred_sql"] for r in result.records], [r["db_id"] for r in result.records])
-    files["metrics"].write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
-    return files
-
-
 # ---------------------------------------------------------------------------------------------
 # One configured evaluation set, and the CLI
 
@@ -481,17 +434,50 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     return result
 
 
+def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Path, eval_sets: Sequence[EvalSet],
+                      decoding: str | None = None, max_new_tokens: int | None = None,
+                      progress: bool = True) -> dict[str, dict[str, Any]]:
+    """A released checkpoint under its own protocol (`acesql_lib.baselines`), metrics by set name, files under
+    runs/<profile>/eval/baselines/<name>/<set>. The paper's own protocol ("qwen3-8b") is this module's two-pass
+    evaluation; a release's runs its prompts, decoding and extraction with one engine for every set."""
+    from .baselines import BASELINES_DIR, KIT_PROTOCOL, evaluate_release, kit_baseline_metrics, release_config
+
+    if name == KIT_PROTOCOL:
+        results = evaluate_sets(cfg, paths, model_path, eval_sets, f"{BASELINES_DIR}/{name}", progress)
+        return {s: kit_baseline_metrics(r, model_path) for s, r in results.items()}
+    checkpoint = LoadedCheckpoint(release_config(cfg, name), model_path)
+    try:
+        return {s.name: evaluate_release(cfg, paths, name, checkpoint, s, *load_eval_set(cfg, s), decoding,
+                                         max_new_tokens, progress) for s in eval_sets}
+    finally:
+        checkpoint.close()
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
     from .context import RunContext
 
-    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint.")
+    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint, or (--baseline) a "
+                                             "released checkpoint under its own published protocol.")
     ap.add_argument("--profile", default="tiny")
-    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint")
-    ap.add_argument("--stage", required=True, help="label for the outputs (base, sft, grpo, ...)")
-    ap.add_argument("--set", action="append", default=None, help="eval set name (default: every configured set)")
+    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint (or a hub id)")
+    ap.add_argument("--stage", help="label for the outputs (base, sft, grpo, ...); not with --baseline")
+    ap.add_argument("--set", "--sets", action="extend", nargs="+", default=None,
+                    help="eval set name(s) (default: every configured set)")
+    from .baselines import add_baseline_arguments, print_baseline_results
+
+    add_baseline_arguments(ap)
     args = ap.parse_args(argv)
+    if not args.baseline and not args.stage:
+        ap.error("--stage is required (or --baseline NAME)")
     ctx = RunContext.create(args.profile)
     chosen = [s for s in ctx.cfg.eval.sets if not args.set or s.name in args.set]
+    unknown = sorted(set(args.set or []) - {s.name for s in ctx.cfg.eval.sets})
+    if unknown:
+        ap.error(f"eval set(s) {', '.join(unknown)} not in eval.sets ({', '.join(s.name for s in ctx.cfg.eval.sets)})")
+    if args.baseline:
+        results = evaluate_baseline(ctx.cfg, ctx.paths, args.baseline, args.model, chosen, args.decoding,
+                                    args.max_new_tokens)
+        return print_baseline_results(ctx.paths, args.baseline, results)
     results = evaluate_sets(ctx.cfg, ctx.paths, args.model, chosen, args.stage)
     for s in chosen:
         r = results[s.name]

@@ -63,6 +63,10 @@ KNOWN_MODELS = {"Qwen/Qwen3-8B": {"vocab_size": 151936, "hidden_size": 4096, "nu
                                   "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                                   "intermediate_size": 12288, "tie_word_embeddings": False}}
 PAPER_PARAMS = 8.19e9  # Qwen3-8B, the model the paper's hours were measured with
+# rollout tokens per hour in the paper's GRPO (training included) on its 4 GPUs: 728 steps of 16 questions x (8 + 8)
+# rollouts of up to 2,048 tokens in 43 h; the durations below scale from it (by model size and GPU count)
+ROLLOUT_TOKENS_PER_HOUR = 728 * 16 * (8 + 8) * 2048 / 43.0
+PAPER_GPUS = 4
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "peft", "vllm")
 SYNSQL_COUNT_LIMIT = 200 * 1024 ** 2  # data.json files larger than this are not parsed just to count them
 
@@ -313,12 +317,12 @@ def steps_and_hours(cfg: Config, shape: dict[str, Any] | None, set_sizes: dict[s
     scale = (n_params(shape) / PAPER_PARAMS) if shape else None
     gpu_run = not (sft_cpu and grpo_cpu)
     gpus = max(n_sft, n_grpo)
-    rate = 728 * 16 * (8 + 8) * 2048 / 43.0  # rollout tokens per hour in the paper's GRPO (training included)
+    rate = ROLLOUT_TOKENS_PER_HOUR
 
     def hours(value: float, bound: bool = False) -> str:
         if not gpu_run or scale is None:
             return "duration not estimated (CPU run or unknown model)"
-        return f"{'at most ' if bound else ''}about {value * scale * 4 / max(gpus, 1):.1f} h on {gpus} GPU(s)"
+        return f"{'at most ' if bound else ''}about {value * scale * PAPER_GPUS / max(gpus, 1):.1f} h on {gpus} GPU(s)"
 
     distill_tokens = q * (d.n_retriever + d.n_generator) * d.max_new_tokens
     return [

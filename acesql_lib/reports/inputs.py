@@ -70,6 +70,7 @@ class ReportInputs:
         self._preds: dict[tuple[str, str], list[dict[str, Any]]] | None = None
         self._seed_preds: dict[tuple[str, str, str], list[dict[str, Any]]] | None = None
         self._outcomes: dict[tuple[str, str, str], dict[Any, dict[str, Any]]] = {}
+        self._baselines: dict[str, dict[str, dict[str, Any]]] | None = None
 
     def _problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -112,6 +113,30 @@ class ReportInputs:
     def ablations(self) -> dict[str, dict[str, dict[str, Any]]]:
         """variant ("full", "no_pcgrad", ...) -> set name -> metrics, from `06_ablations.json`."""
         return self._nested("06_ablations", "variants")
+
+    def baselines(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """baseline -> set name -> metrics of a released checkpoint measured by the kit (`acesql_lib.baselines`),
+        from `<run_dir>/eval/baselines/<baseline>/<set>/metrics.json`; each carries `results_file`, that file's
+        path from the repository (or from the run folder's parent). Unreadable files are reported and skipped."""
+        from ..baselines import BASELINES_DIR
+
+        if self._baselines is not None:
+            return self._baselines
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for path in sorted((self.run_dir / "eval" / BASELINES_DIR).glob("*/*/metrics.json")):
+            try:
+                m = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as e:
+                self._problem(f"{path}: not valid JSON, ignored ({e})")
+                continue
+            if not isinstance(m, dict) or _num(m.get("ex")) is None:
+                self._problem(f"{path}: no numeric 'ex', ignored")
+                continue
+            base = REPO_ROOT if path.resolve().is_relative_to(REPO_ROOT) else self.run_dir.resolve().parent
+            m["results_file"] = str(path.resolve().relative_to(base))
+            out.setdefault(path.parent.parent.name, {})[path.parent.name] = m
+        self._baselines = out
+        return out
 
     def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
         """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`;

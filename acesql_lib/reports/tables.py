@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .. import stats
+from ..baselines.protocols import KIT_PROTOCOL
 from ..config import BIRD_DEV_VERSION, Config
 from ..stats import Interval
 from .inputs import NOT_REPORTED, SET_LABELS, ReportInputs, _num, load_paper_results, not_run
@@ -188,9 +189,61 @@ def _tokens(inputs: ReportInputs, m: dict[str, Any] | None, stage: str, set_name
     return tot, ret, gen
 
 
+MEASURED = "measured by the kit"  # the Source of a released checkpoint's row evaluated by `acesql_lib.baselines`
+
+
+def measured_ci(m: dict[str, Any] | None) -> Interval | None:
+    """A baseline measurement's EX with its 95% CI (fractions), from its metrics file."""
+    ex, low, high = (_num((m or {}).get(k)) for k in ("ex", "ex_ci_low", "ex_ci_high"))
+    return None if None in (ex, low, high) else Interval(ex / 100, low / 100, high / 100)
+
+
+def _baseline_rows(inputs: ReportInputs, sets: list[str], paper_rows: list[dict[str, Any]], row: Any) -> list[list[str]]:
+    """The paper's rows, each followed by the kit's measurement of the same checkpoint on some of `sets` when one
+    exists (`row(paper_row, baseline, by_set)`, paper_row None for a measured baseline the paper's table lacks)."""
+    from ..baselines import PAPER_METHODS
+
+    measured = {name: by_set for name, by_set in inputs.baselines().items() if set(by_set) & set(sets)}
+    of_method = {m: name for name, methods in PAPER_METHODS.items() for m in methods}
+    rows, shown = [], set()
+    for r in paper_rows:
+        rows.append(row(r, None, None))
+        name = of_method.get(r["method"])
+        if name in measured and name not in shown:
+            rows.append(row(r, name, measured[name]))
+            shown.add(name)
+    rows += [row(None, name, measured[name]) for name in sorted(set(measured) - shown)]
+    return rows
+
+
+def _has_measured(rows: list[list[str]]) -> bool:
+    return any(str(cell).startswith(MEASURED) for r in rows for cell in r)
+
+
+def _source(by_set: dict[str, dict[str, Any]], sets: list[str]) -> str:
+    """"measured by the kit, <decoding> (<folder>/<set>/metrics.json)": who measured, how it decoded, where."""
+    found = [by_set[s] for s in sets if s in by_set]
+    if not found:
+        return MEASURED
+    folder = Path(found[0]["results_file"]).parent.parent
+    return f"{MEASURED}, {found[0].get('decoding', 'greedy')} ({folder}/<set>/metrics.json)"
+
+
 CI_NOTE = ("[a, b]: 95% CI. Paper numbers: Wilson interval at the benchmark's size (BIRD dev 1,534, Spider dev "
            "1,034, Spider test 2,147, DK 535, Syn 1,034, Realistic 508); this run: Wilson over its questions (several "
            "seeds: bootstrap over questions of the seed mean).")
+
+
+BASELINE_NOTE = (f"Rows '{MEASURED}': the released checkpoint evaluated by `python -m acesql_lib.evaluate --baseline` "
+                 "under its own published protocol (prompt, chat template, decoding, SQL extraction) with the kit's "
+                 "executor and scoring rule; the file named holds the protocol, the decoding and the CI (Wilson over "
+                 "its questions).")
+
+
+def _baseline_label(name: str) -> str:
+    from ..baselines import PAPER_METHODS
+
+    return PAPER_METHODS[name][-1]
 
 
 def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
@@ -199,13 +252,24 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
     extra = [s.name for s in cfg.eval.sets if s.name not in SET_LABELS]
     extra += [s for s in inputs.evaluation().get("rl", {}) if s not in SET_LABELS and s not in extra]
     cols = ["Method", "Base", "Source"] + [SET_LABELS[s] for s in paper_sets] + [dataset_label(s, cfg) for s in extra]
-    rows = [[r["method"], r["base"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in paper_sets]
-            + [NOT_REPORTED] * len(extra) for r in paper["main_results"]]
+
+    def row(r: dict[str, Any] | None, name: str | None, by_set: dict[str, dict[str, Any]] | None) -> list[str]:
+        if name is None:
+            return [r["method"], r["base"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in paper_sets] \
+                + [NOT_REPORTED] * len(extra)
+        model = str(next(iter(by_set.values())).get("model", NOT_REPORTED))
+        model = Path(model).name if Path(model).is_absolute() else model  # a hub id, or the local folder's name
+        return [r["method"] if r else _baseline_label(name), model, _source(by_set, paper_sets + extra)] \
+            + [fmt_ci(measured_ci(by_set.get(s)), "not measured") for s in paper_sets + extra]
+
+    rows = _baseline_rows(inputs, paper_sets + extra, paper["main_results"], row)
     rl = inputs.evaluation().get("rl", {})
     base = "tiny Qwen3 (trained from scratch)" if cfg.model.build_tiny else cfg.model.base_model
     rows.append(["ACE-SQL (this kit)", base, f"profile {prof}"]
                 + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(prof)) for s in paper_sets + extra])
     notes = ["Greedy EX (%), one sample, two passes (retriever then generator), same checkpoint (§5).", CI_NOTE]
+    if _has_measured(rows):
+        notes.append(BASELINE_NOTE)
     if extra:
         notes.append(f"{', '.join(dataset_label(s, cfg) for s in extra)}: the kit's own dev set, not a paper benchmark; "
                      "its numbers are not comparable with BIRD/Spider.")
@@ -215,8 +279,19 @@ def table_main(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Tabl
 def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     prof, ps = cfg.profile, primary_set(cfg, inputs)
     cols = ["Method", "Source", "Dataset", "EX", "Output tokens / query", "Retriever tokens", "Generator tokens"]
-    rows = [[r["method"], "paper", "BIRD dev", _paper_cell(paper, r["ex"], "bird_dev"), _fmt(r["output_tokens"]),
-             NOT_REPORTED, NOT_REPORTED] for r in paper["efficiency"]]
+
+    def row(r: dict[str, Any] | None, name: str | None, by_set: dict[str, dict[str, Any]] | None) -> list[str]:
+        if name is None:
+            return [r["method"], "paper", "BIRD dev", _paper_cell(paper, r["ex"], "bird_dev"),
+                    _fmt(r["output_tokens"]), NOT_REPORTED, NOT_REPORTED]
+        m = by_set.get(ps)
+        two_pass = name == KIT_PROTOCOL  # the kit's evaluation has a retriever pass; the releases are single-pass
+        return [r["method"] if r else _baseline_label(name), _source(by_set, [ps]), dataset_label(ps, cfg),
+                fmt_ci(measured_ci(m), "not measured"), _fmt((m or {}).get("tokens_per_question"), "not measured"),
+                _fmt((m or {}).get("retriever_tokens"), "not measured") if two_pass else NOT_REPORTED,
+                _fmt((m or {}).get("generator_tokens"), "not measured")]
+
+    rows = _baseline_rows(inputs, [ps], paper["efficiency"], row)
     for stage, label in (("sft", "ACE-SQL SFT (this kit)"), ("rl", "ACE-SQL SFT + RL (this kit)")):
         m = inputs.evaluation().get(stage, {}).get(ps)
         tot, ret, gen = _tokens(inputs, m, stage, ps)
@@ -225,17 +300,27 @@ def table_efficiency(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -
                      _fmt(tot, nr), _fmt(ret, nr), _fmt(gen, nr)])
     notes = ["Output tokens / query: retriever + generator generated tokens per question, counted with the policy's "
              "tokenizer (kit's choice; the paper's counting is UNKNOWN, §5).", CI_NOTE]
+    if _has_measured(rows):
+        notes.append(BASELINE_NOTE + " Their output tokens count every sample (a voted decoding: all n).")
     return Table("table2_efficiency", "Efficiency: EX (%) and output tokens per query, paper vs this run", cols, rows, notes)
 
 
 def table_robustness(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
     sets = ["spider_dk", "spider_syn", "spider_realistic"]
     cols = ["Method", "Source"] + [SET_LABELS[s] for s in sets]
-    rows = [[r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets] for r in paper["robustness"]]
+
+    def row(r: dict[str, Any] | None, name: str | None, by_set: dict[str, dict[str, Any]] | None) -> list[str]:
+        if name is None:
+            return [r["method"], "paper"] + [_paper_cell(paper, r.get(s), s) for s in sets]
+        return [r["method"] if r else _baseline_label(name), _source(by_set, sets)] \
+            + [fmt_ci(measured_ci(by_set.get(s)), "not measured") for s in sets]
+
+    rows = _baseline_rows(inputs, sets, paper["robustness"], row)
     rl = inputs.evaluation().get("rl", {})
     rows.append(["ACE-SQL (this kit)", f"profile {cfg.profile}"]
                 + [fmt_ci(ex_interval(inputs, "rl", s, rl.get(s)), not_run(cfg.profile)) for s in sets])
-    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows, [CI_NOTE])
+    return Table("table3_robustness", "Robustness, greedy EX (%): paper vs this run", cols, rows,
+                 [CI_NOTE] + ([BASELINE_NOTE] if _has_measured(rows) else []))
 
 
 def table_ablation(cfg: Config, inputs: ReportInputs, paper: dict[str, Any]) -> Table:
