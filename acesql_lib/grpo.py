@@ -857,11 +857,11 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
 
     from .distill import load_rl_tasks
     from .engines import make_engine
+    from .models import LoraSpec, apply_lora, load_policy, load_reference, training_dtype
     from .paths import check_variant
+    from .pool_init import initial_pool
 
     check_variant(variant)  # before minutes of loading: the run folder's and metrics file's name
-    from .models import LoraSpec, apply_lora, load_policy, load_reference, training_dtype
-    from .pool_init import initial_pool
 
     accelerator = accelerator or Accelerator(**accelerator_precision(cfg.grpo.bf16, torch.cuda.is_available()))
     fsdp2_on_cpu(accelerator)  # before loading: the models load where the FSDP2 preparation expects them

@@ -30,7 +30,6 @@ if TEXT:
     _auto.tqdm = _autonotebook.tqdm = _text_tqdm
 
 
-
 @contextlib.contextmanager
 def waiting(desc: str, disable: bool = False) -> Iterator[Any]:
     """A bar for one wait: 0/1 as it starts, 1/1 with the time it took when the block ends without an error."""

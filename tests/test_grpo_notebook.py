@@ -11,7 +11,7 @@ import pytest
 from acesql_lib.context import RunContext
 from acesql_lib.grpo import build_trainer
 from acesql_lib.paths import GRPO_METRICS, check_variant, grpo_metrics_name
-from acesql_lib.pipeline import NOTEBOOK_DIR, run_notebook
+from acesql_lib.pipeline import NOTEBOOK_DIR, ProgressRelay, run_notebook
 from acesql_lib.progress import PhaseBar
 from acesql_lib.reports import ReportInputs
 from acesql_lib.testing import N_VAL, rl_overrides
@@ -55,6 +55,13 @@ def test_a_variant_stepped_through_notebook_04_keeps_its_own_metrics_and_the_mai
     for bar in ("step 1 rollouts: 100%", "step 1 update: 100%", f"validation ({N_VAL} questions): 100%",
                 "checkpoint 2: 100%", "final model: 100%"):
         assert bar in text, f"{bar!r} not in the executed notebook's stderr:\n{text[-3000:]}"
+    lines: list[str] = []  # and `make reproduce` relays them to the terminal
+    relay = ProgressRelay("04_joint_grpo", lines.append, every_s=0)
+    relay.write(text)
+    relay.close()
+    for line in (f"04_joint_grpo: validation ({N_VAL} questions), phase 3/3, done in",
+                 "04_joint_grpo: checkpoint 2, 1/1, done in"):
+        assert any(x.startswith(line) for x in lines), (line, lines)
 
 
 def test_a_variant_s_summary_is_read_by_its_name_and_one_of_another_variant_is_ignored(tmp_path):

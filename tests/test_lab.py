@@ -134,9 +134,10 @@ def kernel_language_info() -> dict:
 
 
 def test_opening_and_saving_a_notebook_in_jupyterlab_leaves_it_byte_identical(lab):
-    """Each notebook as JupyterLab saves it when opened with the python3 kernel and not run: its kernelspec
-    (name, display name, language of the server's own spec) and the kernel's language_info set in its
-    metadata, sent back to the server's contents API, which writes it to disk as every save does."""
+    """Each notebook as JupyterLab saves it when opened with the python3 kernel and not run: its notebook panel
+    sets the kernelspec (name, and the display name and language of the server's spec) and the kernel's
+    language_info in the metadata (a value equal to the one there changes nothing, so leaves it unmodified);
+    the notebook goes back through the server's contents API, which writes it to disk as every save does."""
     url, books, _ = lab
     spec = _get(f"{url}/api/kernelspecs?token={TOKEN}")["kernelspecs"]["python3"]["spec"]
     info = kernel_language_info()
