@@ -97,8 +97,12 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow and not gpu and not vllm and not notebook and not registry" $(PYTEST_ARGS)
 
 # JupyterLab from the kit's environment on notebooks/ (kernel python3 = this .venv), to step through by hand.
+# LAB_ARGS: other server options, e.g. LAB_ARGS="--no-browser --port=8888" on a remote GPU box (README,
+# "Stepping through the notebooks"). Run as root, as in most GPU containers, it adds the --allow-root that
+# jupyter otherwise stops at.
+LAB_ARGS ?=
 lab: $(STAMP)
-	$(PY) -m jupyter lab --notebook-dir=notebooks
+	$(PY) -m jupyter lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 vllm-venv: scripts/setup_vllm_cpu.sh
 	bash scripts/setup_vllm_cpu.sh
@@ -110,8 +114,11 @@ bench: $(STAMP) vllm-venv
 	.venv-vllm/bin/python benchmarks/engines_bench.py --out reports/benchmarks/engines.json
 	$(PY) benchmarks/grpo_bench.py
 
+# Outputs and execution counts out; cell ids and the notebook metadata JupyterLab writes on save kept, so that a
+# stripped notebook opened and saved without running is unchanged.
+NOTEBOOKS ?= notebooks/*.ipynb
 strip: $(STAMP)
-	$(PY) -m nbstripout --keep-id notebooks/*.ipynb
+	$(PY) -m nbstripout --keep-id $(NOTEBOOKS)
 
 clean-reports:
 	rm -rf reports/$(PROFILE)

@@ -26,6 +26,7 @@ import torch
 from . import engine_reuse
 from .config import Config, EngineConfig
 from .models import END_OF_TEXT, IM_END
+from .progress import waiting
 from .sharding import gathered_fsdp, is_sharded
 from .workers import DECODE_THREADS
 
@@ -809,9 +810,10 @@ def count_tokens(by_role: Mapping[str, Sequence[Sequence[Completion]]]) -> list[
 
 
 def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model_path: str | Path | None = None,
-                dtype: str = "bfloat16", seed: int = 0) -> Engine:
+                dtype: str = "bfloat16", seed: int = 0, progress: bool = True) -> Engine:
     """`hf` wraps the live policy; `vllm` loads `model_path` (the policy's saved folder) and is synced; inside
     `engine_reuse.reused_engines()` a kept vLLM engine of the same settings and model serves instead of a new one.
+    A vLLM engine's start (a minute or more for an 8B model) and weight load show a bar unless `progress` is off.
 
     `dtype` is the engine's compute dtype: pass `cfg.model.dtype` (the inference dtype; float32 on CPU,
     where a bf16 engine would not reproduce the fp32 policy's greedy tokens)."""
@@ -824,8 +826,9 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
     # keyed only inside a `reused_engines()` block (the fingerprint reads the tokenizer's files, 11 MB for Qwen3)
     key = engine_reuse.serving_key(model_path, settings) if engine_reuse.active() else None
     engine = engine_reuse.take(key) if key is not None else None  # the kept engine, when it matches
-    if engine is None:
-        engine = VLLMEngine(model_path, **settings)
-        engine.reuse_key = key
-    engine.sync_weights(model)  # the folder may predate the live weights (e.g. resumed training)
+    with waiting("vLLM engine start-up" if engine is None else "vLLM engine weights", disable=not progress):
+        if engine is None:
+            engine = VLLMEngine(model_path, **settings)
+            engine.reuse_key = key
+        engine.sync_weights(model)  # the folder may predate the live weights (e.g. resumed training)
     return engine

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
-from .progress import tqdm
+from .progress import phase_bar, tqdm, waiting
 
 from . import checkpoint as ckpt
 from .config import AuthorsOrKit, Config
@@ -45,7 +45,7 @@ from .pcgrad import combine_into_grads, save_grads
 from .pool import ColumnSetPool, pool_additions
 from .rewards import (LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward,
                       group_advantages, retriever_reward)
-from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
+from .rollouts import ROLLOUT_PHASES, QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from .schedule import gen_weight, lr_lambda, total_steps, warmup_steps
 from .task import Task
 from .routes import rollout_route_records, route_share
@@ -246,6 +246,7 @@ class JointGRPO:
         self._tracker: Any = None
         self.record_grads = False  # keep a copy of the final combined gradient of each step (inspection, tests)
         self.record_pcgrad = False  # per-tensor PCGrad figures in each step's report (`StepReport.pcgrad`; notebook 04)
+        self._training = False  # inside train(), whose bar counts the steps; a step taken alone shows its phases
         self.last_grads: list[torch.Tensor] = []
 
     # -- data cursor: a seeded permutation per epoch, so resuming needs only (epoch, position) --
@@ -276,15 +277,17 @@ class JointGRPO:
         return self.update(rolls, t0)
 
     def collect(self) -> list[QuestionRollout]:
-        """§4 steps 1-4: retriever samples, vote, generator samples on the voted schema, execution."""
+        """§4 steps 1-4: retriever samples, vote, generator samples on the voted schema, execution. Taken
+        alone (notebook 04's step cell), a bar shows its phases; inside train() the steps' bar counts."""
         step = self.state.step + 1
         self._phases_at_collect = totals()  # the step's phase times (generation, execution) count from here
         self._collect_t0 = time.perf_counter()
         tasks = [self.tasks[i] for i in self._next_questions()]
         self.model.eval()
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
-        with self._generating():
-            return rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style)
+        with self._generating(), phase_bar(f"step {step} rollouts", ROLLOUT_PHASES,
+                                           disable=not self.progress or self._training) as bar:
+            return rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style, on_phase=bar.done)
 
     def _generating(self) -> Any:
         """Generation on the live policy (the HF engine) under FSDP2: its units gathered once for all ranks'
@@ -294,7 +297,12 @@ class JointGRPO:
         return contextlib.nullcontext()
 
     def update(self, rolls: list[QuestionRollout], t0: float | None = None) -> StepReport:
-        """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside)."""
+        """§4 steps 5-10 on this rank's rollouts; every rank must call it (collectives inside). Taken alone, a bar
+        shows it under way; inside train() the steps' bar counts."""
+        with waiting(f"step {self.state.step + 1} update", disable=not self.progress or self._training):
+            return self._update(rolls, t0)
+
+    def _update(self, rolls: list[QuestionRollout], t0: float | None) -> StepReport:
         g, step = self.g, self.state.step + 1
         t0 = getattr(self, "_collect_t0", time.perf_counter()) if t0 is None else t0
         t_rollout = time.perf_counter() - t0
@@ -492,15 +500,16 @@ class JointGRPO:
     def validate(self) -> dict[str, float]:
         if not self.val_tasks:
             return {}
-        with phase("validation"):
-            return self._validate()
+        with phase("validation"), phase_bar(f"validation ({len(self.val_tasks)} questions)", ROLLOUT_PHASES,
+                                            disable=not self.progress) as bar:
+            return self._validate(bar.done)
 
-    def _validate(self) -> dict[str, float]:
+    def _validate(self, on_phase: Callable[[str], None] | None = None) -> dict[str, float]:
         self.model.eval()
         share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
         with self._generating():
             rolls = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), self.rules,
-                            style=self.style)
+                            style=self.style, on_phase=on_phase)
         def exact(parse: Any, r: QuestionRollout) -> int:  # a retriever sample's set is a pool target (read only)
             return int(bool(parse.columns) and parse.columns in (self.pool.targets(r.task.qid) or [r.task.gold_columns]))
 
@@ -513,7 +522,7 @@ class JointGRPO:
 
     # -- checkpoints: everything needed to continue exactly -----------------------------------
     def save_checkpoint(self) -> Path | None:
-        with phase("checkpoints"):
+        with phase("checkpoints"), waiting(f"checkpoint {self.state.step}", disable=not self.progress):
             return ckpt.save(self.out, self.state, self.acc, self.model, self.optimizer, self.scheduler, self.pool,
                              self.cfg, self.tokenizer, keep=self.g.keep_checkpoints)
 
@@ -523,11 +532,12 @@ class JointGRPO:
             self.save_checkpoint()
 
     def resume(self) -> bool:
-        found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
-        if found is None:
-            return False
-        self.state, self.pool = found
-        self.engine.sync_weights(self.unwrapped)
+        with waiting("resuming from the last checkpoint", disable=not self.progress or not ckpt.checkpoints(self.out)):
+            found = ckpt.load_latest(self.out, self.acc, self.model, self.optimizer, self.scheduler, gamma=self.g.gamma)
+            if found is None:
+                return False
+            self.state, self.pool = found
+            self.engine.sync_weights(self.unwrapped)
         if self.acc.is_main_process:  # one writer: two ranks rewriting the log at once could leave it empty
             _truncate_log(self.out / "metrics.jsonl", self.state.step)
         self.acc.wait_for_everyone()
@@ -612,6 +622,7 @@ class JointGRPO:
         bar = tqdm(total=self.total_steps, initial=self.state.step, desc="grpo", unit="step", disable=not self.progress)
         train_start, phases_at_start = time.perf_counter(), totals()  # for phases.jsonl at the end
         self.validate_start()
+        self._training = True
         try:
             while self.state.step < self.total_steps and (stop_after is None or self.state.step < stop_after):
                 try:
@@ -629,6 +640,7 @@ class JointGRPO:
                 if stop:
                     raise SystemExit(f"SIGTERM: checkpoint of step {report.step} saved in {self.out}")
         finally:
+            self._training = False
             bar.close()
             if self._tracker is not None:
                 self._tracker.close()
@@ -640,7 +652,7 @@ class JointGRPO:
         # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
         fresh = self.state.step > first_step or not (final / "config.json").is_file()
         if self.state.step >= self.total_steps and fresh:
-            with phase("checkpoints"):
+            with phase("checkpoints"), waiting("final model", disable=not self.progress):
                 model = self.unwrapped
                 if ckpt.is_peft(model):  # a plain model folder, as SFT writes (the run ends here)
                     model = model.merge_and_unload()
@@ -846,7 +858,10 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     from .distill import load_rl_tasks
     from .engines import make_engine
     from .models import LoraSpec, apply_lora, load_policy, load_reference, training_dtype
+    from .paths import check_variant
     from .pool_init import initial_pool
+
+    check_variant(variant)  # before minutes of loading: the run folder's and metrics file's name
 
     accelerator = accelerator or Accelerator(**accelerator_precision(cfg.grpo.bf16, torch.cuda.is_available()))
     fsdp2_on_cpu(accelerator)  # before loading: the models load where the FSDP2 preparation expects them
@@ -882,7 +897,7 @@ def build_trainer(cfg: Config, paths: Any, variant: str = "full", accelerator: A
     # the engine starts after the policy is prepared: under FSDP2 every rank then holds rank 0's weights (the
     # others loaded zeros with cpu_ram_efficient_loading) and the models are sharded before vLLM takes its share
     trainer.engine = make_engine(cfg.engine, trainer.unwrapped, tokenizer, model_path=str(paths.sft_model),
-                                 dtype=cfg.model.dtype, seed=cfg.seed)
+                                 dtype=cfg.model.dtype, seed=cfg.seed, progress=trainer.progress)
     trainer.policy_source = str(paths.sft_model)
     trainer.resume()
     return trainer

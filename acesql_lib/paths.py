@@ -5,6 +5,7 @@ runs from `notebooks/`) and modules see the same files.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,26 @@ def resolve(path: str | Path) -> Path:
 
 EVAL_CACHE = "eval_cache"  # a run folder's (or a study's shared) cache of finished evaluations
 TIMES_NAME = "pipeline_times.json"  # under a run's reports folder: each notebook's wall time, the calibration
+
+
+MAIN_VARIANT = "full"  # the GRPO run of the full method (grpo.ABLATIONS), the one notebooks 05-07 read as "rl"
+GRPO_METRICS = "04_joint_grpo"  # notebook 04's metrics, the main run's; every other variant's beside it
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def check_variant(variant: str) -> str:
+    """`variant` when it can name a run folder and a metrics file (letters, digits, `_`, `-`, `.`), else a ValueError."""
+    if not isinstance(variant, str) or not _RUN_NAME.fullmatch(variant):
+        raise ValueError(f"variant {variant!r}: a GRPO run's name is letters, digits, '_', '-' and '.', "
+                         "starting with a letter or digit")
+    return variant
+
+
+def grpo_metrics_name(variant: str = MAIN_VARIANT) -> str:
+    """The metrics name notebook 04 writes for the GRPO run `variant` (`<reports>/metrics/<name>.json`): the
+    main run's is `GRPO_METRICS`, any other variant's `<GRPO_METRICS>_<variant>`, so a variant stepped through
+    notebook 04 never overwrites the main run's metrics."""
+    return GRPO_METRICS if check_variant(variant) == MAIN_VARIANT else f"{GRPO_METRICS}_{variant}"
 
 
 @dataclass(frozen=True)
@@ -65,8 +86,8 @@ class Paths:
         return self.run / "models" / "sft"
 
     # stage 2 ---------------------------------------------------------------------------------
-    def grpo_run(self, name: str = "full") -> Path:
-        return self.run / "grpo" / name
+    def grpo_run(self, name: str = MAIN_VARIANT) -> Path:
+        return self.run / "grpo" / check_variant(name)
 
     # reports ---------------------------------------------------------------------------------
     @property

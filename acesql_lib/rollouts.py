@@ -356,16 +356,25 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
             for t, ps, outs in zip(tasks, prompts, out)]
 
 
+ROLLOUT_PHASES = ("retriever samples", "generator samples", "execution")  # what `rollout` reports to `on_phase`
+
+
 def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, rules: RolloutSpec, *,
-            style: str = "paper", workers: int = 0, progress: bool = False) -> list[QuestionRollout]:
+            style: str = "paper", workers: int = 0, progress: bool = False,
+            on_phase: Callable[[str], None] | None = None) -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation specs): `spec` says how both
-    roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote)."""
+    roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote).
+    `on_phase` is called with each of ROLLOUT_PHASES as it ends (a `progress.PhaseBar`'s `done`)."""
+    done = on_phase or (lambda phase: None)
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
+    done(ROLLOUT_PHASES[0])
     voted, seen = select(retrieved, spec.n_generator, rules.vote_mode, rules.vote_threshold)
     generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
+    done(ROLLOUT_PHASES[1])
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     rules.execute(results, workers=workers, progress=progress)  # 4. every SQL against its gold (gold results cached)
+    done(ROLLOUT_PHASES[2])
     return results
 
 

@@ -163,6 +163,8 @@ def test_vllm_matches_hf_before_and_after_sync(tmp_path, sync_route):
         assert reuse["fingerprints_equal"] and reuse["kept_after_close"] and reuse["same_engine_for_b"], reuse
         assert reuse["a"] == before["hf"] and reuse["b"] == after["hf"], reuse
         assert reuse["kept_at_block_end"] and reuse["released_after_block"], reuse
+        # a bar while make_engine starts an engine, and while a kept one takes the next checkpoint's weights
+        assert "vLLM engine start-up: 100%" in proc.stderr and "vLLM engine weights: 100%" in proc.stderr
 
 
 # the opt-out rule itself (no vLLM needed) ---------------------------------------------------

@@ -15,6 +15,7 @@ import numpy as np
 import yaml
 
 from ..config import REPO_ROOT
+from ..paths import MAIN_VARIANT, grpo_metrics_name
 from ..stats import percent
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,18 @@ class ReportInputs:
             out.setdefault(path.parent.parent.name, {})[path.parent.name] = m
         self._baselines = out
         return out
+
+    def grpo_run(self, variant: str = MAIN_VARIANT) -> dict[str, Any] | None:
+        """Notebook 04's summary of the GRPO run `variant`, from that variant's own metrics file
+        (`paths.grpo_metrics_name`); None when that run was not summarised. A file that names another
+        variant is reported and ignored."""
+        name = grpo_metrics_name(variant)
+        data = self.metrics(name)
+        if data is not None and data.get("variant") != variant:
+            self._problem(f"{self.metrics_dir / name}.json: the summary of variant {data.get('variant')!r}, "
+                          f"not {variant!r}; ignored")
+            return None
+        return data
 
     def grpo_logs(self) -> dict[str, list[dict[str, Any]]]:
         """variant -> step records (sorted by step) from `<run_dir>/grpo/<variant>/metrics.jsonl`;
