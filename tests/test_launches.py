@@ -216,6 +216,45 @@ def test_every_rank_of_the_fsdp2_launch_starts_from_rank_0s_weights_and_keeps_on
         assert max(r["gradient_bytes"]) <= r["shard_bytes"], r
 
 
+def test_fsdp2_launch_sent_sigterm_mid_step_saves_and_resumes_to_the_straight_run(run, fsdp2_straight, tmp_path):
+    """SIGTERM to the launcher (as a scheduler stops a job) while step 2 runs, with no periodic checkpoint due:
+    torchrun sends it to each rank's whole process group (the executor's forkserver and SQL workers too), the
+    ranks give up the step in progress after its rollouts (or finish its update) and write the last finished
+    step's checkpoint inside torchrun's shutdown timeout; the same command then resumes, at most one step lost,
+    to the straight run's metrics and weights."""
+    from acesql_lib.launch import launch_env
+
+    cmd, out = grpo_launch(run, tmp_path / "run", CFG.grpo.accelerate_config)
+    cmd[cmd.index("grpo.save_every=1")] = "grpo.save_every=1000"  # only the stop and the end save
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=launch_env(), start_new_session=True)
+    log, deadline = out / "metrics.jsonl", time.time() + 400
+    while not (log.exists() and log.read_text().strip()) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert proc.poll() is None, "the launch ended before its first step was logged"
+    proc.send_signal(signal.SIGTERM)  # step 2 is under way
+    try:
+        _, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, err = proc.communicate()
+        pytest.fail(f"the stopped launch did not end within 300 s: {first_errors(err)}")
+    assert proc.returncode != 0 and "SIGTERM" in err, first_errors(err)
+    saved = sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*") if (p / "COMPLETE").exists())
+    assert saved and saved[-1] >= 1 and not (out / "final").exists(), saved  # at most step 2 lost
+    assert [m["step"] for m in metrics(out)][-1] <= saved[-1] + 1
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600, env=launch_env())
+    assert done.returncode == 0, first_errors(done.stderr)
+    straight, resumed = metrics(fsdp2_straight), metrics(out)
+    assert [m["step"] for m in resumed] == [1, 2, 3]
+    for a, b in zip(straight, resumed):
+        for key in ("lr", "reward/retriever", "reward/generator", *TRAINED):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-9), (a["step"], key)
+    want, got = final_weights(fsdp2_straight), final_weights(out)
+    for k, v in want.items():
+        assert torch.allclose(got[k], v, atol=1e-6), k
+
+
 def test_the_kits_launcher_gives_a_stopped_rank_time_to_save():
     from acesql_lib.launch import SHUTDOWN_TIMEOUT_S, launch_env
 
