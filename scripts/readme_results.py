@@ -4,7 +4,7 @@ The README never carries hand-copied numbers: each block between `<!-- results:<
 `<!-- /results:<block> -->` is replaced by a run's tables (Markdown, as `acesql_lib.reports` writes
 them, every EX with its 95% CI). The front page holds the tiny run's main table and its claims on the first
 evaluation set (`claims:first_set`); the efficiency and ablation tables of the same run, its claims on every
-set, and the multi-seed study live in docs/status.md.
+set, and the multi-seed study live in docs/results.md.
 `--check` exits 1 when a file differs from what the reports say (the docs drifted from the kit's output), or
 when the run card of a profile's run (`reports/<profile>/run_card.json`) has other settings or code digests than
 the profile and code of this checkout (the block came from another run). Each table file's run-card line
@@ -33,8 +33,8 @@ class ReadmeError(ValueError):
 
 # block name -> (file holding it, the reports/<profile>/ it is generated from, its tables in order)
 BLOCKS = {"tiny": ("README.md", "tiny", SECTION_TABLES),
-          "tiny-details": ("docs/status.md", "tiny", ("table2_efficiency", "table4_ablation", "claims")),
-          "tiny-study": ("docs/status.md", "tiny-study", ALL_TABLES)}
+          "tiny-details": ("docs/results.md", "tiny", ("table2_efficiency", "table4_ablation", "claims")),
+          "tiny-study": ("docs/results.md", "tiny-study", ALL_TABLES)}
 
 
 def blocks_of(profile: str) -> list[tuple[str, Path, tuple[str, ...]]]:

@@ -96,8 +96,8 @@ def test_the_repository_has_one_block_per_profile_in_its_file():
     rr = _script()
     root = ROOT
     for block, name, tables in (("tiny", "README.md", ("table1_main", "claims:first_set")),
-                                ("tiny-details", "docs/status.md", ("table2_efficiency", "table4_ablation", "claims")),
-                                ("tiny-study", "docs/status.md", rr.ALL_TABLES)):
+                                ("tiny-details", "docs/results.md", ("table2_efficiency", "table4_ablation", "claims")),
+                                ("tiny-study", "docs/results.md", rr.ALL_TABLES)):
         assert (block, root / name, tables) in rr.blocks_of(rr.BLOCKS[block][1])
         text = (root / name).read_text()
         begin, end = rr.markers(block)
@@ -107,7 +107,7 @@ def test_the_repository_has_one_block_per_profile_in_its_file():
 
 def test_the_front_page_block_and_the_details_block_come_from_one_run(reports_dir, tmp_path):
     """`--profile tiny` writes the main table and the claims on the first set into the README's block, and the
-    efficiency and ablation tables and every claim into docs/status.md's, both from the same reports."""
+    efficiency and ablation tables and every claim into docs/results.md's, both from the same reports."""
     rr = _script()
     readme, status = tmp_path / "README.md", tmp_path / "status.md"
     readme.write_text("<!-- results:tiny -->\nold\n<!-- /results:tiny -->\n")
