@@ -257,6 +257,10 @@ class ModelConfig:
 class EngineConfig:
     kind: EngineKind = "vllm"  # §4.11 vLLM rollouts; "hf" uses transformers generate; "auto" = vllm when importable, else hf
     gpu_memory_utilization: OpenShare = 0.4  # colocated with training
+    # vLLM's sleep mode (CUDA only) while the policy updates: the engine's KV cache freed and its weights in host
+    # memory, so the update has the engine's share too (the authors' verl frees its cache engine likewise). Kit's
+    # option, off: the paper's 4-GPU launch on 80 GB cards needs it (docs/gpu.md)
+    sleep_during_update: bool = False
     tensor_parallel_size: PositiveInt = 1
     enable_thinking: bool = True  # §2: thinking on
     max_model_len: PositiveInt = 6144  # prompt 4096 + response 2048 (§4.11)

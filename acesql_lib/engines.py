@@ -53,6 +53,10 @@ class Engine:
         """Make the next `generate` use `model`'s current weights."""
         raise NotImplementedError
 
+    def release_for_update(self) -> None:
+        """Give the accelerator memory back while the policy updates (a no-op unless the engine can sleep); the
+        next `sync_weights` takes it again."""
+
     def close(self) -> None:
         pass
 
@@ -682,8 +686,11 @@ class VLLMEngine(Engine):
 
     def __init__(self, model_path: str | Path, dtype: str = "bfloat16", gpu_memory_utilization: float = 0.4,
                  max_model_len: int = 6144, seed: int = 0, enforce_eager: bool | None = None,
-                 tensor_parallel_size: int = 1, in_process: bool = True):
+                 tensor_parallel_size: int = 1, in_process: bool = True, sleep_during_update: bool = False):
         on_cpu = not torch.cuda.is_available()
+        if sleep_during_update and on_cpu:  # vLLM: "Sleep mode is not supported on current platform"
+            raise ValueError("engine.sleep_during_update: vLLM's sleep mode needs a CUDA GPU; set it false on CPU")
+        self.sleeps, self.asleep = sleep_during_update, False
         launched = launched_world()
         # Under `accelerate launch` every rank runs its own engine beside its own policy: vLLM's external
         # launcher puts each engine's worker in this process on this rank's device (LOCAL_RANK), inside the
@@ -714,6 +721,8 @@ class VLLMEngine(Engine):
             kwargs.update(enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192))
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if sleep_during_update:
+            kwargs["enable_sleep_mode"] = True
         if self.external:
             kwargs["distributed_executor_backend"] = "external_launcher"
         elif self.in_process:
@@ -750,7 +759,19 @@ class VLLMEngine(Engine):
         return [[_make_completion(o.token_ids, stops, max_new_tokens, self.tokenizer) for o in out.outputs]
                 for out in outputs]
 
+    def release_for_update(self) -> None:
+        """vLLM's sleep mode, level 1, with `engine.sleep_during_update`: the KV cache is freed and the weights move
+        to host memory until the next sync wakes the engine (level 2 would drop them, and with them buffers no
+        checkpoint holds, such as the rotary tables). The authors' verl frees its cache engine the same way."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
     def sync_weights(self, model: torch.nn.Module) -> None:
+        if self.asleep:
+            torch.cuda.empty_cache()  # the update's freed blocks back to CUDA, where the waking engine maps its own
+            self.llm.wake_up()
+            self.asleep = False
         with policy_weights(model) as weights:
             if self.in_process:
                 self.llm.collective_rpc("reload_weights",
@@ -822,7 +843,8 @@ def make_engine(cfg: EngineConfig, model: torch.nn.Module, tokenizer: Any, model
     if model_path is None:
         raise ValueError("engine.kind = 'vllm' needs model_path (a save_pretrained folder of the policy)")
     settings = dict(dtype=dtype, gpu_memory_utilization=cfg.gpu_memory_utilization, max_model_len=cfg.max_model_len,
-                    seed=seed, tensor_parallel_size=cfg.tensor_parallel_size)
+                    seed=seed, tensor_parallel_size=cfg.tensor_parallel_size,
+                    sleep_during_update=cfg.sleep_during_update)
     # keyed only inside a `reused_engines()` block (the fingerprint reads the tokenizer's files, 11 MB for Qwen3)
     key = engine_reuse.serving_key(model_path, settings) if engine_reuse.active() else None
     engine = engine_reuse.take(key) if key is not None else None  # the kept engine, when it matches

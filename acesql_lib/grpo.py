@@ -333,6 +333,7 @@ class JointGRPO:
         # The authors' norm-equalised PCGrad sets both loss scales to 1.0 (RL/third_party/verl/workers/actor/dp_actor.py)
         equalised = g.pcgrad == "norm_equalised" and g.schedule == "authors"
         w_gen = 1.0 if equalised else gen_weight(step, self.total_steps, g.gen_schedule_ratio, g.schedule)
+        self.engine.release_for_update()  # with engine.sleep_during_update: its memory is the update's until the sync
         m_ret, m_gen, pc, grad_norm = self.optimize(self._role_batch(rolls, "retriever", a_ret),
                                                     self._role_batch(rolls, "generator", a_gen), w_gen, step)
 

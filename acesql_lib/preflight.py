@@ -208,22 +208,45 @@ def over_budget_advice(cfg: Config) -> str:
         steps.append("grpo.logprob_chunk_tokens: 1024")
     if not cfg.model.lora:
         steps.append("model.lora: true")
+    if cfg.engine.kind == "vllm" and not cfg.engine.sleep_during_update:
+        steps.append("engine.sleep_during_update: true (CUDA)")
     steps.append(f"more GPUs in {g.accelerate_config}")
     return "lower " + steps[0] + ", or " + ", ".join(steps[1:])
 
 
+# What a sleeping vLLM engine keeps on the card (its CUDA graphs and the buffers outside its sleep pool): an
+# allowance, not a measurement, until a GPU run measures it.
+ENGINE_ASLEEP_BYTES = 2 * GIB
+
+
 def grpo_room(cfg: Config, card: float) -> float:
-    """Bytes of a card GRPO's update may use: the card less `HEADROOM` and a colocated vLLM engine's share."""
-    util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
-    return card * (1 - HEADROOM - util)
+    """Bytes of a card GRPO's update may use: the card less `HEADROOM` and a colocated vLLM engine's share, or,
+    with `engine.sleep_during_update`, less what the sleeping engine keeps (`ENGINE_ASLEEP_BYTES`)."""
+    if cfg.engine.kind != "vllm":
+        return card * (1 - HEADROOM)
+    if cfg.engine.sleep_during_update:
+        return card * (1 - HEADROOM) - ENGINE_ASLEEP_BYTES
+    return card * (1 - HEADROOM - cfg.engine.gpu_memory_utilization)
+
+
+def rollout_need(cfg: Config, est: dict[str, Any]) -> float:
+    """Bytes the training keeps on a card while the awake engine samples, when the engine sleeps during the update
+    (the update's own peak is checked against `grpo_room`): the state, the reference and the runtime; 0 otherwise,
+    as the update's check beside the engine's share covers the rollouts."""
+    if cfg.engine.kind != "vllm" or not cfg.engine.sleep_during_update:
+        return 0.0
+    t = est["grpo_terms"]
+    return t["state"] + t["reference"] + t["runtime"]
 
 
 def path_fits(cfg: Config, shape: dict[str, Any], card: float, processes: int | None = None) -> tuple[float, bool]:
-    """(GRPO's bytes per GPU, whether SFT, GRPO beside the engine with `HEADROOM` free, and the engine's weights
-    in its share fit on a card of `card` bytes), with `processes` GPUs (None: the accelerate configs')."""
+    """(GRPO's bytes per GPU, whether SFT, GRPO's update in its room (`grpo_room`), the rollouts beside the awake
+    engine and the engine's weights in its share fit on a card of `card` bytes with `HEADROOM` free), with
+    `processes` GPUs (None: the accelerate configs')."""
     est = memory_estimates(cfg, shape, processes=processes)
     util = cfg.engine.gpu_memory_utilization if cfg.engine.kind == "vllm" else 0.0
     ok = (est["sft"] <= card * (1 - HEADROOM) and est["grpo"] <= grpo_room(cfg, card)
+          and rollout_need(cfg, est) <= card * (1 - HEADROOM - util)
           and (not util or est["vllm_weights"] <= util * card))
     return est["grpo"], ok
 
@@ -495,6 +518,9 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
               (f"GRPO training ({need['grpo'][0]} process(es), sharded)", est["grpo"], room)]
     if cfg.engine.kind == "vllm" and want_gpus:
         checks.append((f"vLLM weights at gpu_memory_utilization {util}", est["vllm_weights"], card * util if card else None))
+        if cfg.engine.sleep_during_update:  # the update has the engine's share; the rollouts still share the card
+            checks.append(("GRPO rollouts beside the awake engine (state, reference, runtime)", rollout_need(cfg, est),
+                           card * (1 - HEADROOM - util) if card else None))
     for label, value, cap in checks:
         if cap is None:
             rows.append(Row("hardware", label, INFO, f"needs about {_size(value)} {where} (no device to compare)"))
@@ -504,10 +530,11 @@ def check_hardware(cfg: Config, shape: dict[str, Any] | None, gpus: list[tuple[s
         advice = "" if fits or status != FAIL else f"; {over_budget_advice(cfg)}"
         terms = (" (" + ", ".join(f"{k} {_size(v)}" for k, v in est["grpo_terms"].items()
                                   if k in ("state", "reference", "logits", "layers", "units", "runtime") and v)
-                 + ")") if label.startswith("GRPO") else ""
-        room_note = f" (with {HEADROOM:.0%} of {_size(card)} free" + (f" and the engine's {util:g}" if
-                                                                   label.startswith("GRPO") and want_gpus and
-                                                                   cfg.engine.kind == "vllm" else "") + ")"
+                 + ")") if label.startswith("GRPO training") else ""
+        asleep = cfg.engine.sleep_during_update and label.startswith("GRPO training")
+        beside = (f" and the sleeping engine's {_size(ENGINE_ASLEEP_BYTES)}" if asleep else f" and the engine's {util:g}")
+        room_note = f" (with {HEADROOM:.0%} of {_size(card)} free" + (beside if label.startswith("GRPO") and want_gpus
+                                                                   and cfg.engine.kind == "vllm" else "") + ")"
         rows.append(Row("hardware", label, status, f"needs about {_size(value)} {where}{terms}, has {_size(cap)}"
                         f"{room_note} ({_count(n_params(shape))} parameters){advice}"))
     if cfg.grpo.packed_prompts:

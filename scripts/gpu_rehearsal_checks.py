@@ -1,9 +1,9 @@
-"""GPU checks for scripts/gpu_rehearsal.sh: greedy parity of vLLM and HF before and after a weight sync,
-and rollout tokens/s of the colocated engine (HF policy on the same GPU) against a standalone `vllm.LLM`.
+"""GPU checks for scripts/gpu_rehearsal.sh: greedy parity of vLLM and HF before and after a weight sync (also with
+the engine asleep through the step, vLLM's sleep mode), and rollout tokens/s of the colocated engine (HF policy on the same GPU) against a standalone `vllm.LLM`.
 
     python scripts/gpu_rehearsal_checks.py [--dtype bfloat16] [--prompts 64 --n 8 --max-new-tokens 128]
 
-Prints one JSON line. Exit 1 when float32 greedy parity fails before or after the sync. In bfloat16
+Prints one JSON line. Exit 1 when float32 greedy parity fails before or after the sync, awake or asleep. In bfloat16
 the two engines' kernels may round differently, so bf16 agreement is reported (share of prompts with
 identical greedy tokens), not required.
 """
@@ -24,7 +24,9 @@ def _texts(k: int) -> list[str]:
             f"how many rows of {tables[i % 8]} were created in {1950 + i % 70}?" for i in range(k)]
 
 
-def parity(dtype: str, workdir: Path, max_new_tokens: int = 24) -> dict:
+def parity(dtype: str, workdir: Path, max_new_tokens: int = 24, sleep: bool = False) -> dict:
+    """Greedy tokens of vLLM and HF before and after an SGD step and a weight sync; with `sleep`, the engine
+    sleeps through the step as GRPO's update does (`engine.sleep_during_update`) and the sync wakes it."""
     import torch
 
     from acesql_lib.config import ModelConfig
@@ -42,8 +44,10 @@ def parity(dtype: str, workdir: Path, max_new_tokens: int = 24) -> dict:
         return [g[0].token_ids for g in engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)]
 
     hf = HFEngine(model, tok)
-    vllm_engine = VLLMEngine(folder, dtype=dtype, gpu_memory_utilization=0.3, max_model_len=512, seed=0)
+    vllm_engine = VLLMEngine(folder, dtype=dtype, gpu_memory_utilization=0.3, max_model_len=512, seed=0,
+                             sleep_during_update=sleep)
     before = (greedy(hf), greedy(vllm_engine))
+    vllm_engine.release_for_update()  # a no-op unless `sleep`
     opt = torch.optim.SGD(model.parameters(), lr=5e-2)
     batch = tok(_texts(8), return_tensors="pt", padding=True).to("cuda")
     model.train()
@@ -62,7 +66,7 @@ def parity(dtype: str, workdir: Path, max_new_tokens: int = 24) -> dict:
     def agree(pair) -> float:
         return sum(a == b for a, b in zip(*pair)) / len(pair[0])
 
-    return {"dtype": dtype, "agree_before": agree(before), "agree_after": agree(after),
+    return {"dtype": dtype, "asleep_during_step": sleep, "agree_before": agree(before), "agree_after": agree(after),
             "changed_by_step": before[0] != after[0], "sync_s": round(sync_s, 3)}
 
 
@@ -111,10 +115,12 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = {"parity_float32": parity("float32", Path(tmp)), f"parity_{args.dtype}": parity(args.dtype, Path(tmp)),
+               "parity_float32_asleep": parity("float32", Path(tmp), sleep=True),
                "throughput": throughput(args.dtype, Path(tmp), args.prompts, args.n, args.max_new_tokens)}
     print(json.dumps(out), flush=True)
-    p = out["parity_float32"]
-    return 0 if p["agree_before"] == 1.0 and p["agree_after"] == 1.0 and p["changed_by_step"] else 1
+    ok = [p["agree_before"] == 1.0 and p["agree_after"] == 1.0 and p["changed_by_step"]
+          for p in (out["parity_float32"], out["parity_float32_asleep"])]
+    return 0 if all(ok) else 1
 
 
 if __name__ == "__main__":

@@ -582,3 +582,15 @@ def test_syncing_a_lora_policy_adds_the_adapters_into_new_tensors_and_never_move
     plain = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
                              intermediate_size=128, max_position=256)
     assert set(handed) == set(plain.state_dict())  # the checkpoint names, no adapter tensors
+
+
+def test_vllm_sleep_mode_on_a_cpu_is_refused_before_the_engine_starts():
+    """vLLM's sleep mode needs CUDA (vLLM raises "Sleep mode is not supported on current platform" after
+    loading); the kit says so, naming the setting, before anything loads."""
+    import torch
+
+    from acesql_lib.engines import VLLMEngine
+
+    assert not torch.cuda.is_available()
+    with pytest.raises(ValueError, match="engine.sleep_during_update"):
+        VLLMEngine("no-model-is-read", sleep_during_update=True)

@@ -294,3 +294,31 @@ def test_sft_reaches_the_papers_batch_of_64_on_one_gpu_by_accumulation_and_says_
     assert sft_batch(fixed, 1)[0].status == WARN  # 16 samples a step where the paper takes 64
     assert "WORLD_SIZE" not in os.environ
     assert trl_config(sft, "unused-output").gradient_accumulation_steps == 16  # one process: TRL's own config
+
+
+def test_an_engine_asleep_during_the_update_gives_the_update_its_share_and_the_rollouts_are_checked_beside_it():
+    """`engine.sleep_during_update`: the update's room is the card less the headroom and what a sleeping engine
+    keeps, so the paper's 4-GPU launch fits 80 GB cards; the rollouts, which hold the training state beside the
+    awake engine, get a row of their own, and FAIL when the state does not fit beside the engine's share."""
+    from acesql_lib.preflight import CARDS, ENGINE_ASLEEP_BYTES, FAIL, HEADROOM, card_paths, grpo_room, rollout_need
+
+    shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
+    awake, asleep = load_config("paper"), load_config("paper", {"engine.sleep_during_update": True})
+    h100 = CARDS["H100 80 GB"]
+    assert grpo_room(asleep, h100) == pytest.approx(h100 * (1 - HEADROOM) - ENGINE_ASLEEP_BYTES)
+    assert grpo_room(awake, h100) == pytest.approx(h100 * (1 - HEADROOM - 0.4))
+
+    def rows(c, card):
+        return {r.item: r for r in check_hardware(c, shape, [("GPU", int(card))] * 4) if r.item.startswith("GRPO")}
+
+    (training_awake,) = rows(awake, h100).values()
+    assert training_awake.status == FAIL and "engine.sleep_during_update: true" in training_awake.detail
+    by_item = rows(asleep, h100)
+    assert [r.status for r in by_item.values()] == [OK, OK], by_item
+    rollouts = next(r for item, r in by_item.items() if "rollouts" in item)
+    terms = memory_estimates(asleep, shape)["grpo_terms"]
+    assert rollout_need(asleep, memory_estimates(asleep, shape)) == terms["state"] + terms["reference"] + terms["runtime"]
+    assert "has 39.6 GiB" in rollouts.detail
+    assert "H100 80 GB (79.2 GiB): 4 GPUs, full fine-tune" in card_paths(asleep, shape).detail
+    crowded = load_config("paper", {"engine.sleep_during_update": True, "engine.gpu_memory_utilization": 0.6})
+    assert next(r for item, r in rows(crowded, h100).items() if "rollouts" in item).status == FAIL
