@@ -39,7 +39,12 @@ def test_a_sigterm_to_the_owners_process_group_leaves_its_sql_whole(tmp_path, de
     assert owner.stdout.readline().strip() == "start"
     time.sleep(delay_s)
     os.killpg(owner.pid, signal.SIGTERM)  # what torchrun's shutdown sends
-    out, err = owner.communicate(timeout=300)
+    try:
+        out, err = owner.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(owner.pid, signal.SIGKILL)
+        out, err = owner.communicate()
+        pytest.fail(f"the owner did not finish within 300 s of the SIGTERM: {err[-3000:]}")
     assert owner.returncode == 0, err[-3000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result == {"stopped": True, "correct": [True] * 10 + [False], "deaths": 0}, err[-3000:]
