@@ -65,6 +65,15 @@ def _without_main():
         _BARE_START.on = False
 
 
+def _own_group() -> None:
+    """This worker in a process group of its own, out of reach of a signal sent to its owner's group, and SIGTERM
+    back to its default, so that one sent to the worker itself (multiprocessing's exit, the owner's stop) ends it."""
+    import os
+    import signal
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _limit_address_space(extra_bytes: int) -> None:
     """Cap this process's address space at what it maps now plus `extra_bytes` (Linux; a no-op
     where RLIMIT_AS or /proc is missing)."""
@@ -86,16 +95,13 @@ def _worker_main(conn, cursor, clock_shared, memory_bytes) -> None:
     FLUSH_S, and whenever it would otherwise wait for work), until the parent sends None or goes
     away. `cursor` (shared memory) counts the items started so far, so after a crash the parent
     knows exactly which item was running; `clock_shared` says since when its SQL has run."""
-    import os
     import signal
     # Ctrl-C and a stop are the parent's to handle. A terminal's SIGINT reaches the workers too, and torchrun stops
     # a rank with SIGTERM to its whole process group: a worker that died of it would cut the parent's SQL short
     # (wrong scores, replaced workers) while the parent finishes its step and saves. So a worker ignores SIGINT and
-    # leaves the parent's process group (started from the forkserver, it ignores SIGTERM until then); a SIGTERM
-    # sent to the worker itself (multiprocessing's exit, the parent's stop) still ends it.
+    # leaves the parent's process group (`_own_group`; from the forkserver, already at the fork).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.setpgid(0, 0)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _own_group()
     _limit_address_space(memory_bytes)
     clock = _Clock(clock_shared)
     started, out, last = 0, [], time.monotonic()
@@ -480,6 +486,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# multiprocessing registers its own exit handler (SIGTERM to daemon workers, then a wait for each) when
+# multiprocessing.util is first imported; imported here first, that handler runs after the pools' own stop
+# (atexit runs handlers last in, first out), which ends every worker the pools started.
+import multiprocessing.util  # noqa: E402,F401
+
 atexit.register(shutdown_pool, 5.0)
 
 
@@ -493,8 +504,10 @@ def _in_forkserver() -> bool:
 if _in_forkserver():
     # The forkserver sits in its owner's process group, which torchrun's SIGTERM to a rank reaches: killed, it would
     # fail the next worker's start (EOFError in multiprocessing) and with it the rank's SQL. The stop is the owner's
-    # to handle; the forkserver leaves when its owner closes its end (multiprocessing's own rule), and the workers
-    # it forks inherit the ignored SIGTERM.
+    # to handle; the forkserver leaves when its owner closes its end (multiprocessing's own rule). A worker it forks
+    # leaves the owner's group at the fork, before its first line runs (`_own_group`), and with it the ignored SIGTERM.
+    import os as _os
     import signal as _signal
 
     _signal.signal(_signal.SIGTERM, _signal.SIG_IGN)
+    _os.register_at_fork(after_in_child=_own_group)
