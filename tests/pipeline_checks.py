@@ -25,3 +25,15 @@ def table_rows(reports: Path, table: str) -> list[dict[str, str]]:
     """The rows of reports/tables/<table>.csv, one dict per row keyed by the header."""
     with open(reports / "tables" / f"{table}.csv", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def stub_notebook(path, body: str) -> None:
+    """A two-cell notebook for the pipeline's own tests: a `parameters` cell (profile, overrides), then `body`."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('profile = "tiny"\noverrides = {}')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)

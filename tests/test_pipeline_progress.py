@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-import nbformat
 import pytest
 
 from acesql_lib.pipeline import NotebookFailed, ProgressRelay, progress_line, run_pipeline, time_table
+from pipeline_checks import stub_notebook
 
 WORK = """\
 import sys, time
@@ -19,20 +19,13 @@ for _ in tqdm(range(4), desc="stub work", unit="step", mininterval=0, file=sys.s
 """
 
 
-def _notebook(path, body: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('profile = "tiny"\noverrides = {}')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
 
 
 def test_progress_is_streamed_and_the_time_table_written(tmp_path):
     books = tmp_path / "notebooks"
     books.mkdir()
-    _notebook(books / "00_stub.ipynb", WORK)
-    _notebook(books / "01_second.ipynb", "print('[second] done')")
+    stub_notebook(books / "00_stub.ipynb", WORK)
+    stub_notebook(books / "01_second.ipynb", "print('[second] done')")
     lines: list[str] = []
     runs = run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True,
                         progress_every_s=0, emit=lines.append)
@@ -61,7 +54,7 @@ def test_progress_is_streamed_and_the_time_table_written(tmp_path):
 def test_a_failing_notebook_still_leaves_its_time(tmp_path):
     books = tmp_path / "notebooks"
     books.mkdir()
-    _notebook(books / "00_fails.ipynb", "raise RuntimeError('stub failure')")
+    stub_notebook(books / "00_fails.ipynb", "raise RuntimeError('stub failure')")
     with pytest.raises(NotebookFailed, match="00_fails.ipynb failed at cell .*stub failure"):
         run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True, emit=lambda s: None,
                      calibrate=False)

@@ -6,23 +6,16 @@ import json
 import shutil
 import subprocess
 
-import nbformat
 import pytest
 
 from acesql_lib import run_card
 from acesql_lib.config import load_config
 from acesql_lib.pipeline import run_pipeline
 from acesql_lib.reports.tables import Table, run_card_note
+from pipeline_checks import stub_notebook
 from repo_paths import ROOT
 
 
-def _notebook(path, body: str) -> None:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell('profile = "tiny"\noverrides = {}')
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, path)
 
 
 def _git(root, *args: str) -> str:
@@ -35,9 +28,9 @@ def piped(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("card")
     books, reports = tmp / "notebooks", tmp / "reports"
     books.mkdir()
-    _notebook(books / "00_first.ipynb", "print('[first] done')")
+    stub_notebook(books / "00_first.ipynb", "print('[first] done')")
     metrics = {"stages": {"rl": {"tiny_dev": {"ex": 15.5, "n": 200, "tokens_per_question": 93.1}}}}
-    _notebook(books / "01_metrics.ipynb", f"import json, pathlib\np = pathlib.Path({str(reports)!r}) / 'metrics'\n"
+    stub_notebook(books / "01_metrics.ipynb", f"import json, pathlib\np = pathlib.Path({str(reports)!r}) / 'metrics'\n"
               f"p.mkdir(parents=True, exist_ok=True)\n(p / '05_evaluation.json').write_text(json.dumps({metrics!r}))")
     run_pipeline("tiny", overrides={"grpo.gamma": 0.7}, reports_dir=reports, notebook_dir=books, progress=False,
                  calibrate=False, warm_next=False)

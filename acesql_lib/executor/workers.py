@@ -139,14 +139,15 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.cursor = ctx.RawValue("q", 0)
         self.clock = ctx.RawArray("d", 2)
-        self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
-                                daemon=True, name="acesql-executor")
+        def process():
+            return ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
+                               daemon=True, name="acesql-executor")
+        self.proc = process()
         with _without_main():  # the worker needs this module only, not the caller's script
             try:
                 self.proc.start()
             except (EOFError, ConnectionError):  # the forkserver died (a stop signal before it ignored one):
-                self.proc = ctx.Process(target=_worker_main, args=(child, self.cursor, self.clock, WORKER_MEMORY_BYTES),
-                                        daemon=True, name="acesql-executor")
+                self.proc = process()
                 self.proc.start()  # multiprocessing starts a new one
         child.close()
         self.tasks: dict[int, _Task] = {}  # assigned and not fully answered, by sequence number
