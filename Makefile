@@ -58,22 +58,22 @@ reproduce: $(STAMP) $(if $(filter vllm,$(ENGINE)),vllm-venv,)
 
 # The profile's tiny base model built from scratch and written to its model.tiny.prebuilt folder
 # (tiny: data/tiny_base/, ~11 min on 2 cores; rehearsal: data/rehearsal_base/, ~3 min), the copy
-# `make reproduce` uses while it matches the code (acesql_lib/tinybase.py); commit it with the change.
+# `make reproduce` uses while it matches the code (acesql_lib/pipeline/tinybase.py); commit it with the change.
 ship-base: $(STAMP)
-	$(PY) -m acesql_lib.tinybase --profile $(PROFILE) --ship
+	$(PY) -m acesql_lib.pipeline.tinybase --profile $(PROFILE) --ship
 
 # Every RL variant over several seeds (resumable: finished seeds are skipped), claims pooled over seeds,
-# written to reports/$(PROFILE)-study/ (acesql_lib/study.py). `make reproduce` stays one seed.
+# written to reports/$(PROFILE)-study/ (acesql_lib/pipeline/study.py). `make reproduce` stays one seed.
 SEEDS ?= 0 1 2
 study: $(STAMP)
-	$(PY) -m acesql_lib.study --profile $(PROFILE) --seeds $(SEEDS)
+	$(PY) -m acesql_lib.pipeline.study --profile $(PROFILE) --seeds $(SEEDS)
 
 # The size and SHA-256 of every benchmark file the profile reads, computed from the downloaded files and written
 # into data/benchmarks.json where the manifest has none yet (a recorded digest that the files no longer match
-# stops it); commit the manifest. `python -m acesql_lib.checksums --profile paper` verifies, as the preflight does.
+# stops it); commit the manifest. `python -m acesql_lib.data.checksums --profile paper` verifies, as the preflight does.
 CHECKSUMS_PROFILE ?= paper
 checksums: $(STAMP)
-	$(PY) -m acesql_lib.checksums --profile $(CHECKSUMS_PROFILE) --write
+	$(PY) -m acesql_lib.data.checksums --profile $(CHECKSUMS_PROFILE) --write
 
 # The README's results block for $(PROFILE), regenerated from reports/$(PROFILE)/tables/ (never hand-copied).
 readme-results: $(STAMP)

@@ -2,13 +2,13 @@
 
 The names a user starts from are importable from the package (`from acesql_lib import RunContext, run_pipeline`);
 each is loaded from its module on first use, so `import acesql_lib` stays light (no torch, no transformers).
-Everything else is imported from its module, e.g. `from acesql_lib.grpo import ABLATIONS`. Importing the package
-sets how progress bars draw (acesql_lib/progress.py: widgets in JupyterLab, text under the pipeline runner).
+Everything else is imported from its module, e.g. `from acesql_lib.train.grpo import ABLATIONS`. Importing the package
+sets how progress bars draw (acesql_lib/runtime/progress.py: widgets in JupyterLab, text under the pipeline runner).
 """
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 
-from . import progress  # noqa: F401  (before any module takes tqdm.auto's bar)
+from .runtime import progress  # noqa: F401  (before any module takes tqdm.auto's bar)
 
 try:
     __version__ = version("acesql-lib")
@@ -17,21 +17,21 @@ except PackageNotFoundError:  # run from a checkout without `pip install -e .`
 
 # The public names and the module each lives in (its one home).
 PUBLIC = {
-    "load_config": "config", "Config": "config", "ConfigError": "config", "parse_overrides": "config",
-    "RunContext": "context",
-    "run_pipeline": "pipeline",
-    "ensure_base_model": "tinybase",
-    "load_bird": "datasets", "load_spider": "datasets", "load_synsql": "datasets", "training_pool": "datasets",
-    "Schema": "schema", "load_tables_json": "schema",
-    "column_set": "sqlcolumns",
-    "make_engine": "engines",
-    "RolloutSpec": "rollouts", "SamplingSpec": "rollouts", "rollout": "rollouts",
-    "run_distillation": "distill",
-    "train_sft": "sft",
-    "build_trainer": "grpo",
-    "evaluate_sets": "evaluate", "evaluate_checkpoints": "evaluate", "evaluate_baseline": "evaluate",
+    "load_config": "config.settings", "Config": "config.settings", "ConfigError": "config.settings", "parse_overrides": "config.settings",
+    "RunContext": "config.context",
+    "run_pipeline": "pipeline.runner",
+    "ensure_base_model": "pipeline.tinybase",
+    "load_bird": "data.datasets", "load_spider": "data.datasets", "load_synsql": "data.datasets", "training_pool": "data.datasets",
+    "Schema": "data.schema", "load_tables_json": "data.schema",
+    "column_set": "data.sqlcolumns",
+    "make_engine": "models.engines",
+    "RolloutSpec": "train.rollouts", "SamplingSpec": "train.rollouts", "rollout": "train.rollouts",
+    "run_distillation": "train.distill",
+    "train_sft": "train.sft",
+    "build_trainer": "train.grpo",
+    "evaluate_sets": "evaluation.evaluate", "evaluate_checkpoints": "evaluation.evaluate", "evaluate_baseline": "evaluation.evaluate",
     "build_tables": "reports",
-    "preflight_table": "preflight",
+    "preflight_table": "pipeline.preflight",
 }
 __all__ = ["__version__", *PUBLIC]
 

@@ -8,7 +8,7 @@ is made on purpose, one of two ways:
   (0.7 of this 2-core machine's 2), as when the machine's host gives it less time on a busy day;
 - `--busy K`: K processes spin beside the run (they take time from multi-threaded torch far more than
   from the notebooks' single-threaded Python, so the two slow down unlike each other).
-The runner measures the calibration workload before and after every run (acesql_lib/calibration.py).
+The runner measures the calibration workload before and after every run (acesql_lib/runtime/calibration.py).
 Prints, per condition, the median wall time and the median time in calibration units, and the slow/quiet
 ratio of each: the normalised time should move far less than the wall time.
 
@@ -56,7 +56,7 @@ def _leave_quota() -> None:
 
 
 def one_run(only: list[str], busy: int, quota: float = 0.0) -> dict:
-    from acesql_lib.pipeline import read_calibration, run_pipeline
+    from acesql_lib.pipeline.runner import read_calibration, run_pipeline
 
     work = Path(tempfile.mkdtemp(prefix="calcheck_"))
     stop = mp.Event()

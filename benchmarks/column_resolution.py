@@ -16,8 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from acesql_lib.schema import load_tables_json  # noqa: E402
-from acesql_lib.sqlcolumns import ColumnResolutionError, column_set  # noqa: E402
+from acesql_lib.data.schema import load_tables_json  # noqa: E402
+from acesql_lib.data.sqlcolumns import ColumnResolutionError, column_set  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures" / "real"
 DATASETS = {  # name: (questions file, tables file, SQL field, target share)

@@ -44,9 +44,9 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib.config import load_config
-    from acesql_lib.engines import HFEngine, VLLMEngine
-    from acesql_lib.models import build_tiny_from_config, save_tiny
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 
     torch.manual_seed(0)
     cfg = load_config(args.profile).model  # the profile's tiny model (configs/tiny.yaml: 0.43M parameters)

@@ -1,6 +1,6 @@
 """The two engines inside the training loop and the pipeline, side by side in one run on one machine.
 
-(1) Joint GRPO on the RL fixture policy (tests' `acesql_lib.testing`), `--steps` steps per run, runs
+(1) Joint GRPO on the RL fixture policy (tests' `rl_setup`), `--steps` steps per run, runs
     alternating hf, vllm, hf, vllm, ... (`--repeats` each): seconds per step, per generated token, and the
     rollout share of a step (the first step, which warms each engine, left out).
 (2) The rehearsal pipeline at the smoke size of tests/test_pipeline_rehearsal.py, once with each engine:
@@ -19,17 +19,20 @@ import json
 import shutil
 import statistics
 import tempfile
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the tests' RL run builder (rl_setup)
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 SMOKE = {"grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.max_examples": 2}
 
 
 def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, float]:
-    from acesql_lib.context import RunContext
-    from acesql_lib.grpo import build_trainer
-    from acesql_lib.testing import rl_overrides
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.train.grpo import build_trainer
+    from rl_setup import rl_overrides
 
     shutil.copytree(template, work)
     over = rl_overrides(work, **{"engine.kind": kind, "grpo.max_steps": steps, "grpo.save_every": steps})
@@ -50,7 +53,7 @@ def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, flo
 
 
 def pipeline_run(root: Path, kind: str) -> dict[str, float]:
-    from acesql_lib.pipeline import run_pipeline
+    from acesql_lib.pipeline.runner import run_pipeline
 
     data = {f"data.{r}": str(root / "data" / r.replace("_dir", "") / ("dev_20240627" if r == "bird_dev_dir" else ""))
             for r in ROOTS}
@@ -68,7 +71,7 @@ def main() -> None:
     ap.add_argument("--no-pipeline", action="store_true")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    from acesql_lib.testing import build_rl_run
+    from rl_setup import build_rl_run
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -21,7 +21,7 @@
 
     HF_HUB_OFFLINE=1 python benchmarks/grpo_bench.py [--steps 8] [--reps 8] [--run DIR] [--trl-no-kv-cache]
 
-Without --run, the small RL run folder of the test suite (acesql_lib.testing) is built in a
+Without --run, the small RL run folder of the test suite (rl_setup) is built in a
 temp folder (~1 min).
 Writes reports/benchmarks/grpo.json.
 """
@@ -45,19 +45,19 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the kit, and the tests' RL run builder (rl_setup)
 
 import torch  # noqa: E402
 
-from acesql_lib import grpo as grpo_module  # noqa: E402
-from acesql_lib.context import RunContext  # noqa: E402
-from acesql_lib.engines import stop_token_ids  # noqa: E402
+from acesql_lib.train import grpo as grpo_module  # noqa: E402
+from acesql_lib.config.context import RunContext  # noqa: E402
+from acesql_lib.models.engines import stop_token_ids  # noqa: E402
 from acesql_lib.executor import score_batch  # noqa: E402
-from acesql_lib.grpo import JointGRPO, build_trainer  # noqa: E402
-from acesql_lib.pcgrad import combine_into_grads, save_grads  # noqa: E402
-from acesql_lib.prompts import generator_messages, parse_generator  # noqa: E402
-from acesql_lib.rewards import LengthPenalty, make_generator_reward_fn  # noqa: E402
-from acesql_lib.testing import build_rl_run, rl_overrides  # noqa: E402
+from acesql_lib.train.grpo import JointGRPO, build_trainer  # noqa: E402
+from acesql_lib.train.pcgrad import combine_into_grads, save_grads  # noqa: E402
+from acesql_lib.roles.prompts import generator_messages, parse_generator  # noqa: E402
+from acesql_lib.roles.rewards import LengthPenalty, make_generator_reward_fn  # noqa: E402
+from rl_setup import build_rl_run, rl_overrides  # noqa: E402
 
 BATCH_QUESTIONS = 4  # questions per step, both trainers
 GROUP = 4  # samples per question (per role for ours), TRL num_generations
@@ -153,7 +153,7 @@ def bench_steps(run: Path, steps: int, scratch: Path, kv_cache: bool = True) -> 
     from trl import GRPOTrainer
     from transformers import TrainerCallback
 
-    from acesql_lib.models import load_policy
+    from acesql_lib.models.loading import load_policy
 
     ours = make_ours(run)
     g = ours.g
@@ -458,7 +458,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="timed steps per trainer (after one warm-up step)")
     ap.add_argument("--reps", type=int, default=8, help="timed updates per PCGrad mode (after one warm-up each)")
-    ap.add_argument("--run", type=Path, default=None, help="an RL run folder from acesql_lib.testing (else built)")
+    ap.add_argument("--run", type=Path, default=None, help="an RL run folder from rl_setup (else built)")
     ap.add_argument("--trl-no-kv-cache", action="store_true",
                     help="leave TRL's generation as transformers' Trainer configures it (use_cache=False)")
     ap.add_argument("--out", type=Path, default=REPO / "reports" / "benchmarks" / "grpo.json")

@@ -29,8 +29,8 @@ _NOT_COPIED = ("grpo", "eval", "sft_trainer", "shards", "seed-*")  # RL runs and
 
 
 def run_seed(profile: str, overrides: dict, seed: int, source: Path, work: Path, evaluate: bool = False) -> dict:
-    from acesql_lib.context import RunContext
-    from acesql_lib.grpo import build_trainer, run_summary
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.train.grpo import build_trainer, run_summary
 
     run = work / f"seed{seed}"
     shutil.copytree(source, run, ignore=shutil.ignore_patterns(*_NOT_COPIED, "base"))
@@ -50,7 +50,7 @@ HELD_OUT_KEYS = ("correct", "tokens")  # the two claims the check tests: RL > SF
 def held_out(ctx, model: Path, stage: str) -> dict[str, dict[str, dict[str, object]]]:
     """{eval set: {"correct" | "tokens": {question id: value}}} of `model` on every configured eval
     set, read back the way the reports read predictions (`ReportInputs.outcomes`)."""
-    from acesql_lib.evaluate import evaluate_set
+    from acesql_lib.evaluation.evaluate import evaluate_set
     from acesql_lib.reports.inputs import ReportInputs
 
     for eval_set in ctx.cfg.eval.sets:
@@ -65,7 +65,7 @@ def held_out(ctx, model: Path, stage: str) -> dict[str, dict[str, dict[str, obje
 
 def _compared(runs: dict, base: dict, key: str, seed: int) -> dict:
     """RL minus SFT for one quantity: each seed paired by question, then pooled over the seeds."""
-    from acesql_lib import stats
+    from acesql_lib.evaluation import stats
 
     binary, scale = key == "correct", 100.0 if key == "correct" else 1.0
     per_seed = {k: stats.compare(v, base, ("rl", "sft"), binary=binary, seed=seed) for k, v in runs.items()}
@@ -106,8 +106,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/grpo_learning_check.json"))
     args = ap.parse_args()
 
-    from acesql_lib.config import parse_overrides
-    from acesql_lib.context import RunContext
+    from acesql_lib.config.settings import parse_overrides
+    from acesql_lib.config.context import RunContext
 
     overrides = parse_overrides(args.set)
     ctx = RunContext.create(args.profile, overrides)
@@ -115,7 +115,7 @@ def main() -> None:
     if not (paths.sft_model / "config.json").exists():
         raise SystemExit(f"{paths.sft_model}: no SFT model; run notebooks 00-03 of profile {args.profile} first")
     if ctx.cfg.distill.rl_selection == "sft_model":  # chosen once in the source run, then copied to every seed
-        from acesql_lib.distill import select_by_model
+        from acesql_lib.train.distill import select_by_model
 
         print("RL questions by the SFT model's rollouts:", select_by_model(ctx.cfg, paths), flush=True)
     results = []

@@ -13,7 +13,7 @@ optimizer state; the next one is measured:
     python benchmarks/grpo_memory.py --device cpu --checkpointing 1 [--layers 2 --hidden 256 ...]
     python benchmarks/grpo_memory.py --grid --device cuda --out reports/benchmarks/grpo_memory.json
 
-Prints one JSON line per shape: measured bytes, `acesql_lib.memory.grpo_step_bytes`' estimate and its
+Prints one JSON line per shape: measured bytes, `acesql_lib.train.memory.grpo_step_bytes`' estimate and its
 terms, and their ratio. tests/test_memory.py runs it on CPU; figures: benchmarks/README.md.
 """
 from __future__ import annotations
@@ -62,10 +62,10 @@ def measure(args: argparse.Namespace) -> dict:
     from accelerate.state import AcceleratorState
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from acesql_lib.config import load_config
-    from acesql_lib.grpo import JointGRPO, RoleBatch
-    from acesql_lib.memory import grpo_step_bytes
-    from acesql_lib.pool import ColumnSetPool
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.train.grpo import JointGRPO, RoleBatch
+    from acesql_lib.train.memory import grpo_step_bytes
+    from acesql_lib.roles.pool import ColumnSetPool
 
     cuda = args.device == "cuda"
     torch.manual_seed(0)

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from acesql_lib.config import REPO_ROOT  # noqa: E402
+from acesql_lib.config.settings import REPO_ROOT  # noqa: E402
 
 VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.from_config)
     "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),
@@ -88,15 +88,15 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib import engines
-    from acesql_lib.context import RunContext
-    from acesql_lib.datasets import schemas_for, training_pool
-    from acesql_lib.engines import HFEngine
-    from acesql_lib.evaluate import evaluate, load_eval_set
-    from acesql_lib.models import load_policy
-    from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
-    from acesql_lib.timing import totals
-    from acesql_lib.values_index import attach
+    from acesql_lib.models import engines
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.data.datasets import schemas_for, training_pool
+    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.evaluation.evaluate import evaluate, load_eval_set
+    from acesql_lib.models.loading import load_policy
+    from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
+    from acesql_lib.runtime.timing import totals
+    from acesql_lib.data.values_index import attach
 
     ctx = RunContext.create(args.profile)
     cfg, paths = ctx.cfg, ctx.paths

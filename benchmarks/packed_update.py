@@ -1,6 +1,6 @@
 """The GRPO update's forward and backward passes: one sample per row beside samples packed by prompt.
 
-`grpo.packed_prompts` (acesql_lib/packed.py) puts the samples of one prompt in one row. On the same
+`grpo.packed_prompts` (acesql_lib/train/packed.py) puts the samples of one prompt in one row. On the same
 rollouts (a few real GRPO steps of the tiny profile), each role's micro-batch goes through the policy's
 forward and backward pass and the reference's forward pass in both layouts, alternating layout by
 layout within each round, so load from other processes hits both alike. Printed per role: the median
@@ -10,7 +10,7 @@ largest log-probability difference, the gradient's relative difference).
     HF_HUB_OFFLINE=1 python benchmarks/packed_update.py [--steps 3] [--rounds 5]
     HF_HUB_OFFLINE=1 python benchmarks/packed_update.py --run runs/tiny --world data/tinyworld
 
-Without --run, the small RL run folder of the test suite (acesql_lib.testing) is built in a temp folder
+Without --run, the small RL run folder of the test suite (rl_setup) is built in a temp folder
 (about a minute); with it, a finished tiny run (notebooks 00-03) is read, its own prompts and settings.
 Writes reports/benchmarks/packed_update.json.
 """
@@ -30,13 +30,13 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the kit, and the tests' RL run builder (rl_setup)
 
 import torch  # noqa: E402
 
-from acesql_lib.context import RunContext  # noqa: E402
-from acesql_lib.grpo import build_trainer  # noqa: E402
-from acesql_lib.testing import build_rl_run, rl_overrides  # noqa: E402
+from acesql_lib.config.context import RunContext  # noqa: E402
+from acesql_lib.train.grpo import build_trainer  # noqa: E402
+from rl_setup import build_rl_run, rl_overrides  # noqa: E402
 
 LAYOUTS = (False, True)  # grpo.packed_prompts
 

@@ -34,9 +34,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from acesql_lib.config import REPO_ROOT, parse_overrides  # noqa: E402
-from acesql_lib.pipeline import read_calibration, run_pipeline, time_table  # noqa: E402
-from acesql_lib.timing import PHASES_LOG  # noqa: E402
+from acesql_lib.config.settings import REPO_ROOT, parse_overrides  # noqa: E402
+from acesql_lib.pipeline.runner import read_calibration, run_pipeline, time_table  # noqa: E402
+from acesql_lib.runtime.timing import PHASES_LOG  # noqa: E402
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -85,7 +85,7 @@ def markdown(report: dict) -> str:
     unit = (lambda s: f" {s / cal:.0f} |") if cal else (lambda s: "")  # noqa: E731
     lines = [f"# Pipeline wall time ({report['profile']}, {report['date']})", ""]
     if cal:
-        lines += [f"Calibration workload (`python -m acesql_lib.calibration`) in this run: {cal:.2f} s; "
+        lines += [f"Calibration workload (`python -m acesql_lib.runtime.calibration`) in this run: {cal:.2f} s; "
                   "\"x cal\" = seconds / calibration, the figure to compare across days.", ""]
     lines += ["| notebook | seconds | share |" + (" x cal |" if cal else ""), "|---|---:|---:|" + ("---:|" if cal else "")]
     total = report["total_seconds"] or 1.0

@@ -26,12 +26,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/tiny_base_calibration"))
     args = ap.parse_args()
 
-    from acesql_lib.config import parse_overrides
-    from acesql_lib.context import RunContext
-    from acesql_lib.evaluate import evaluate, load_eval_set
-    from acesql_lib.stats import SHARE_KEYS
-    from acesql_lib.tinybase import build_tiny_base
-    from acesql_lib.tinyworld import build_profile_world
+    from acesql_lib.config.settings import parse_overrides
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.evaluation.evaluate import evaluate, load_eval_set
+    from acesql_lib.evaluation.stats import SHARE_KEYS
+    from acesql_lib.pipeline.tinybase import build_tiny_base
+    from acesql_lib.data.tinyworld import build_profile_world
 
     overrides = parse_overrides(args.set)
     if args.steps:

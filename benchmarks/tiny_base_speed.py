@@ -35,12 +35,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from acesql_lib.context import RunContext  # noqa: E402
-from acesql_lib.models import build_tiny_model  # noqa: E402
-from acesql_lib.sft import check_samples, make_trainer, padding_share  # noqa: E402
+from acesql_lib.config.context import RunContext  # noqa: E402
+from acesql_lib.models.loading import build_tiny_model  # noqa: E402
+from acesql_lib.train.sft import check_samples, make_trainer, padding_share  # noqa: E402
 from transformers import TrainerCallback, set_seed  # noqa: E402
-from acesql_lib.tinybase import base_sft_config, base_training_data, compiled_decoder  # noqa: E402
-from acesql_lib.tinyworld import build_profile_world  # noqa: E402
+from acesql_lib.pipeline.tinybase import base_sft_config, base_training_data, compiled_decoder  # noqa: E402
+from acesql_lib.data.tinyworld import build_profile_world  # noqa: E402
 
 
 NUMERICS = ("fp32", "bf16", "compile")

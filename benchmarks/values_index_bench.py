@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from acesql_lib.tinyworld import build_tinyworld  # noqa: E402
-from acesql_lib.values_index import ValuesIndex, database_values, question_queries  # noqa: E402
+from acesql_lib.data.tinyworld import build_tinyworld  # noqa: E402
+from acesql_lib.data.values_index import ValuesIndex, database_values, question_queries  # noqa: E402
 
 
 def fts5_build(values: dict[str, list[str]], path: Path) -> sqlite3.Connection:

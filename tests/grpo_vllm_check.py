@@ -12,11 +12,11 @@ from pathlib import Path
 
 
 def main(run: Path, steps: int) -> dict:
-    from acesql_lib.context import RunContext
-    from acesql_lib.engines import HFEngine, VLLMEngine
-    from acesql_lib.grpo import build_trainer
-    from acesql_lib.testing import rl_overrides
-    from acesql_lib.rollouts import retriever_prompt
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.train.grpo import build_trainer
+    from rl_setup import rl_overrides
+    from acesql_lib.train.rollouts import retriever_prompt
 
     over = rl_overrides(run, **{"engine.kind": "vllm", "grpo.max_steps": steps, "grpo.val_every": 2})
     ctx = RunContext.create("tiny", over)

@@ -37,10 +37,10 @@ def write_bird_dev(root: Path) -> Path:
 def eval_prompt_lengths(examples, schemas, tokenizer, cfg) -> list[tuple[int, int]]:
     """Per question, the token lengths of the evaluation's retriever prompt and of its generator prompt on the whole
     schema, with the schema text the evaluation gives it (`values_index.attach`, as `evaluate` attaches it)."""
-    from acesql_lib.paths import Paths
-    from acesql_lib.prompts import evaluation_style
-    from acesql_lib.rollouts import Task, generator_prompt, prompt_tokens, retriever_prompt
-    from acesql_lib.values_index import attach
+    from acesql_lib.config.paths import Paths
+    from acesql_lib.roles.prompts import evaluation_style
+    from acesql_lib.train.rollouts import Task, generator_prompt, prompt_tokens, retriever_prompt
+    from acesql_lib.data.values_index import attach
 
     style, thinking = evaluation_style(cfg.model.prompt_style), cfg.engine.enable_thinking
     out = []

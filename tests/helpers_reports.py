@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from acesql_lib import reports
-from acesql_lib.evaluate import EvalResult, summarize, write_outputs
+from acesql_lib.evaluation.evaluate import EvalResult, summarize, write_outputs
 
 N_DEV = 200  # questions in the fixture's dev set
 # Per stage/variant: (k, offset) = questions (i - offset) % N_DEV < k are correct

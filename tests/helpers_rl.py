@@ -1,5 +1,5 @@
 """The small RL run the GRPO tests share (conftest's session fixture `rl_template`, built once by
-acesql_lib/testing.py): each test trains in its own copy and never writes into the template."""
+tests/rl_setup.py): each test trains in its own copy and never writes into the template."""
 from __future__ import annotations
 
 import shutil

@@ -3,8 +3,8 @@ a handful of chat prompt/completion pairs, the texts a tiny tokenizer is trained
 and a 2-layer model built from a seed."""
 from __future__ import annotations
 
-from acesql_lib.config import SFTConfig
-from acesql_lib.models import build_tiny_model
+from acesql_lib.config.settings import SFTConfig
+from acesql_lib.models.loading import build_tiny_model
 
 TEXTS = [
     "Find the minimal columns needed. Question: how many singers are older than 30?",

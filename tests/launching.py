@@ -24,8 +24,8 @@ def free_port() -> int:
 def accelerate_launch(accelerate_config: str | Path, *target: str) -> list[str]:
     """The command line of `accelerate launch --config_file CONFIG --main_process_port PORT TARGET...` on 2 CPU
     processes: CONFIG is the launch file itself with only the keys a CPU cannot honour replaced
-    (`acesql_lib.launch.cpu_launch_config`, written to a folder of its own)."""
-    from acesql_lib.launch import command, cpu_launch_config
+    (`acesql_lib.train.launch.cpu_launch_config`, written to a folder of its own)."""
+    from acesql_lib.train.launch import command, cpu_launch_config
 
     config = cpu_launch_config(REPO / accelerate_config, tempfile.mkdtemp(prefix="acesql-launch-"))
     return command(config, list(target), port=free_port())
@@ -41,7 +41,7 @@ def rank_finished() -> None:
     without the interpreter's teardown. A gloo rank can still die there with `terminate called without an
     active exception` (SIGABRT: torch's gloo work objects freed while Python is torn down), rarely (0 of 40
     repeats here, once in a clean-clone suite run), and the test would then fail a rank that did all its work.
-    Not for the launched commands: they close their group (acesql_lib/process_group.py) and exit normally."""
+    Not for the launched commands: they close their group (acesql_lib/runtime/process_group.py) and exit normally."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

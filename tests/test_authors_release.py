@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib import authors_release as A
-from acesql_lib import pool_init as P
-from acesql_lib.config import ConfigError, load_config
-from acesql_lib.distill import load_rl_tasks, load_sft_samples, run_distillation
-from acesql_lib.paths import Paths
-from acesql_lib.pool import ColumnSetPool
-from acesql_lib.sft import check_samples
-from acesql_lib.sqlcolumns import column_set
+from acesql_lib.authors import release as A
+from acesql_lib.train import pool_init as P
+from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.train.distill import load_rl_tasks, load_sft_samples, run_distillation
+from acesql_lib.config.paths import Paths
+from acesql_lib.roles.pool import ColumnSetPool
+from acesql_lib.train.sft import check_samples
+from acesql_lib.data.sqlcolumns import column_set
 
 from repo_paths import FIXTURES
 
@@ -353,7 +353,7 @@ def test_release_settings_are_checked(tmp_path):
 
 
 def test_command_line_writes_the_sft_jsonl_the_sft_launcher_reads(tmp_path, release, capsys):
-    from acesql_lib.sft import read_samples
+    from acesql_lib.train.sft import read_samples
 
     out = tmp_path / "sft_samples.jsonl"
     A.main(["--config", "paper", "--set", f"data.authors_release_dir={release}", "--write-sft", str(out),

@@ -16,13 +16,13 @@ import random
 
 import pytest
 
-from acesql_lib.engines import Completion
-from acesql_lib.pool import ColumnSetPool, pool_additions
-from acesql_lib.prompts import parse_generator, parse_retriever
-from acesql_lib.rewards import generator_reward, retriever_reward
-from acesql_lib.rollouts import is_truncated
-from acesql_lib.schema import load_tables_json
-from acesql_lib.sqlcolumns import column_set
+from acesql_lib.models.engines import Completion
+from acesql_lib.roles.pool import ColumnSetPool, pool_additions
+from acesql_lib.roles.prompts import parse_generator, parse_retriever
+from acesql_lib.roles.rewards import generator_reward, retriever_reward
+from acesql_lib.train.rollouts import is_truncated
+from acesql_lib.data.schema import load_tables_json
+from acesql_lib.data.sqlcolumns import column_set
 from repo_paths import REAL
 
 LIMIT = 2048  # max response tokens (§4.11)

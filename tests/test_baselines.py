@@ -1,4 +1,4 @@
-"""Released checkpoints under their own protocols (acesql_lib/baselines): the schema text, the prompts byte for
+"""Released checkpoints under their own protocols (acesql_lib/evaluation/baselines): the schema text, the prompts byte for
 byte against the releases' templates (tests/fixtures/baselines/release_prompts.json, copied from the releases'
 repositories), the SQL extraction, the vote, and the whole path on the shipped tiny base model."""
 from __future__ import annotations
@@ -8,15 +8,15 @@ import sqlite3
 
 import pytest
 
-from acesql_lib.baselines import BASELINES, PROTOCOLS, baseline_dir, estimated_hours, last_sql_block, \
+from acesql_lib.evaluation.baselines import BASELINES, PROTOCOLS, baseline_dir, estimated_hours, last_sql_block, \
     majority_vote, protocol, release_question
-from acesql_lib.baselines.omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
-from acesql_lib.config import EvalSet, load_config
-from acesql_lib.evaluate import evaluate_baseline
-from acesql_lib.jsonfiles import DatasetError
-from acesql_lib.models import load_tokenizer
-from acesql_lib.paths import Paths
-from acesql_lib.schema import Schema
+from acesql_lib.evaluation.baselines.omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
+from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.evaluation.evaluate import evaluate_baseline
+from acesql_lib.runtime.jsonfiles import DatasetError
+from acesql_lib.models.loading import load_tokenizer
+from acesql_lib.config.paths import Paths
+from acesql_lib.data.schema import Schema
 from repo_paths import FIXTURES, ROOT
 
 RELEASES = json.loads((FIXTURES / "baselines" / "release_prompts.json").read_text())
@@ -200,7 +200,7 @@ def test_each_protocol_evaluates_the_tiny_model_and_writes_ex_with_its_ci(name, 
 
 def _measured(run_dir, name, set_name, n_correct, n=200, tokens=300):
     """A baseline's files as `evaluate_baseline` writes them (its own metrics and writer)."""
-    from acesql_lib.baselines.run import _describe, _write, baseline_metrics
+    from acesql_lib.evaluation.baselines.run import _describe, _write, baseline_metrics
 
     records = [{"id": f"dev_{i:03d}", "db_id": "db", "difficulty": "", "question": "q", "pred_sql": "SELECT 1",
                 "correct": i < n_correct, "exec_status": "ok", "gold_sql": "SELECT 1", "retriever_tokens": 0,
@@ -265,7 +265,7 @@ def test_without_a_measurement_the_tables_show_the_papers_rows_as_before(tmp_pat
 
 
 def test_the_command_line_names_a_wrong_baseline_and_a_missing_stage(capsys):
-    from acesql_lib.evaluate import main
+    from acesql_lib.evaluation.evaluate import main
 
     with pytest.raises(SystemExit):
         main(["--model", "data/tiny_base", "--baseline", "gpt"])
@@ -276,8 +276,8 @@ def test_the_command_line_names_a_wrong_baseline_and_a_missing_stage(capsys):
 
 
 def test_a_spider_set_with_tables_json_gets_the_release_prompt_and_the_spider_compare_mode(tmp_path):
-    from acesql_lib.baselines.run import _db_infos, release_prompts
-    from acesql_lib.evaluate import load_eval_set
+    from acesql_lib.evaluation.baselines.run import _db_infos, release_prompts
+    from acesql_lib.evaluation.evaluate import load_eval_set
 
     cfg = load_config("tiny", {"eval.workers": 1, "eval.max_examples": 4})
     paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")

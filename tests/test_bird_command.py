@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from acesql_lib.executor import BIRD_SEPARATOR, main, score_bird, write_bird_predictions
-from acesql_lib.tinyworld import build_tinyworld
+from acesql_lib.data.tinyworld import build_tinyworld
 
 
 def official_verdict(pred: object, gold: str, db_path: str) -> int:
@@ -283,7 +283,7 @@ def test_entries_the_original_release_stops_on(rules_root, tmp_path):
     """An entry without the separator or with it twice: the original release stops with a traceback
     (evaluation.py:58), so bird_original is an error naming the file and entry; mini-dev runs the
     entry whole (evaluation_utils.py:85-89), the authors' scripts hold bare SQL, the kit scores 0."""
-    from acesql_lib.datasets import DatasetError
+    from acesql_lib.data.datasets import DatasetError
 
     pred, gold_sql, dev, gold = _rule_files(tmp_path, STOP_CASES)
     with pytest.raises(ValueError):
@@ -297,7 +297,7 @@ def test_entries_the_original_release_stops_on(rules_root, tmp_path):
 
 
 def test_fewer_entries_than_gold_questions_stop_the_releases_and_count_in_kit(rules_root, tmp_path, capsys):
-    from acesql_lib.datasets import DatasetError
+    from acesql_lib.data.datasets import DatasetError
 
     pred, gold_sql, dev, _ = _rule_files(tmp_path, RULE_CASES[6:8])
     pred.write_text(json.dumps({"0": RULE_CASES[6][1]}))

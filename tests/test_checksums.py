@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from acesql_lib import checksums
-from acesql_lib.checksums import ChecksumError, DigestCache, load_manifest, preflight_rows, verify_benchmark
-from acesql_lib.config import ConfigError, load_config
+from acesql_lib.data import checksums
+from acesql_lib.data.checksums import ChecksumError, DigestCache, load_manifest, preflight_rows, verify_benchmark
+from acesql_lib.config.settings import ConfigError, load_config
 from repo_paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
@@ -108,7 +108,7 @@ def test_make_checksums_records_digests_and_never_overwrites_one(tmp_path, manif
 
 
 def test_a_download_is_verified_and_a_changed_one_stops_naming_the_file(tmp_path, manifest, monkeypatch):
-    from acesql_lib.datasets import download_spider_realistic
+    from acesql_lib.data.datasets import download_spider_realistic
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     published = tmp_path / "published.json"

@@ -3,9 +3,9 @@ import copy
 import pytest
 import yaml
 
-from acesql_lib.context import RunContext
-from acesql_lib.config import CONFIG_DIR, Config, ConfigError, GRPOConfig, load_config, parse_overrides, written_config
-from acesql_lib.paths import Paths
+from acesql_lib.config.context import RunContext
+from acesql_lib.config.settings import CONFIG_DIR, Config, ConfigError, GRPOConfig, load_config, parse_overrides, written_config
+from acesql_lib.config.paths import Paths
 
 
 def test_defaults_are_the_papers():
@@ -253,7 +253,9 @@ def test_every_choice_refuses_a_value_outside_its_literal_naming_key_value_and_c
 def test_choices_the_modules_act_on_are_the_configs():
     import typing
 
-    from acesql_lib import config, executor, grpo, pcgrad, rollouts, tracking
+    from acesql_lib.config import settings as config
+    from acesql_lib import executor
+    from acesql_lib.train import grpo, pcgrad, rollouts, tracking
 
     assert pcgrad.PCGRAD_MODES == typing.get_args(config.PCGradMode)
     assert rollouts.TRUNCATION_RULES == typing.get_args(config.Truncation)
@@ -269,7 +271,7 @@ def _bounded_fields():
     import dataclasses as dc
     import typing
 
-    from acesql_lib.config import field_bounds
+    from acesql_lib.config.settings import field_bounds
 
     def walk(obj, path):
         for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
@@ -332,7 +334,7 @@ def test_every_bound_refuses_a_value_just_outside_it_naming_key_value_and_bound(
 
 
 def test_types_are_strict_and_a_section_built_in_code_is_validated_too():
-    from acesql_lib.config import DataConfig, EvalConfig
+    from acesql_lib.config.settings import DataConfig, EvalConfig
 
     with pytest.raises(ConfigError, match=r"grpo.batch_questions: True is not a valid integer"):
         load_config("tiny", {"grpo.batch_questions": True})  # a bool is not a count

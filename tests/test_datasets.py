@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.datasets import (DatasetError, OfflineError, download_acesql_release, download_bird_dev,
+from acesql_lib.data.datasets import (DatasetError, OfflineError, download_acesql_release, download_bird_dev,
                                  download_spider, download_synsql, load_bird, load_spider, load_synsql, load_tables)
 from repo_paths import REAL
 
@@ -89,7 +89,7 @@ def test_malformed_records_are_reported_counted_and_skipped(tmp_path, caplog):
     records = [good, ["not", "a", "dict"], {**good, "SQL": None}, {k: v for k, v in good.items() if k != "db_id"},
                {**good, "question": "   "}, {**good, "SQL": 42}, {**good, "evidence": ["x"]}, {**good, "question_id": 9}]
     path = _write(tmp_path / "dev.json", records)
-    with caplog.at_level(logging.WARNING, logger="acesql_lib.datasets"):
+    with caplog.at_level(logging.WARNING, logger="acesql_lib.data.datasets"):
         result = load_bird(path, check_db=False)
     assert [e.id for e in result] == ["1", "9"]
     assert [i for i, _ in result.skipped] == [1, 2, 3, 4, 5, 6]

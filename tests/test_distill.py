@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config import load_config
-from acesql_lib.datasets import load_synsql
-from acesql_lib.distill import build_products, make_tasks, run_distillation, save_products, usable
-from acesql_lib.engines import HFEngine
-from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.tinyworld import world_text
+from acesql_lib.config.settings import load_config
+from acesql_lib.data.datasets import load_synsql
+from acesql_lib.train.distill import build_products, make_tasks, run_distillation, save_products, usable
+from acesql_lib.models.engines import HFEngine
+from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
+from acesql_lib.data.tinyworld import world_text
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_unusable_questions_are_counted_and_skipped(tasks, tmp_path):
 
     bad_db = dataclasses.replace(ts[0].example, id="x1", db_path=str(tmp_path / "missing.sqlite"))
     bad_sql = dataclasses.replace(ts[1].example, id="x2", sql="SELECT nope FROM nowhere")
-    from acesql_lib.rollouts import Task
+    from acesql_lib.train.rollouts import Task
 
     kept, skipped = usable([Task(bad_db, ts[0].schema), Task(bad_sql, ts[1].schema), ts[2]], timeout_s=2)
     assert [t.qid for t in kept] == [ts[2].qid]
@@ -159,7 +159,7 @@ def test_products_default_to_the_profiles_prompt_style(tasks):
 def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, monkeypatch, rules):
     """Distillation's rollouts are judged by GRPO's rules (think rule, retriever parser, truncation, the SQL's
     text, the column-set rule), and a change of rule writes new shards."""
-    from acesql_lib import distill
+    from acesql_lib.train import distill
 
     world, ts = tasks
     seen = []
@@ -188,7 +188,7 @@ def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, 
 def test_shards_rolled_out_by_worker_processes_are_those_of_this_process(tasks, tmp_path):
     """engine.workers: each shard has its own seed, so two workers with their own copies of the model roll out
     the same records, byte for byte, as the notebook's engine; a worker that fails is named with its log."""
-    from acesql_lib.models import load_policy, save_tiny
+    from acesql_lib.models.loading import load_policy, save_tiny
 
     world, ts = tasks
     tok = train_tiny_tokenizer(list(world_text(world))[:3000], vocab_size=400)

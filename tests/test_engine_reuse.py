@@ -1,4 +1,4 @@
-"""acesql_lib/engine_reuse.py without vLLM: which checkpoints one engine may serve (`model_fingerprint`) and
+"""acesql_lib/models/engine_reuse.py without vLLM: which checkpoints one engine may serve (`model_fingerprint`) and
 the rules of a `reused_engines()` block. That a kept vLLM engine serving a second checkpoint decodes it as a
 fresh engine would is tests/test_vllm_parity.py's (`run_reuse`); notebooks 05 and 06 run through it in
 tests/test_pipeline_rehearsal.py."""
@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from acesql_lib import engine_reuse
-from acesql_lib.engine_reuse import kept, keep, model_fingerprint, release, reused_engines, serving_key, take
-from acesql_lib.models import build_tiny_model, load_policy, save_tiny, train_tiny_tokenizer
+from acesql_lib.models import engine_reuse
+from acesql_lib.models.engine_reuse import kept, keep, model_fingerprint, release, reused_engines, serving_key, take
+from acesql_lib.models.loading import build_tiny_model, load_policy, save_tiny, train_tiny_tokenizer
 
 TEXTS = [f"SELECT name FROM t{i} WHERE id = {i}; how many rows in t{i}?" for i in range(40)]
 

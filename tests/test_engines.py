@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acesql_lib.config import EngineConfig
-from acesql_lib.engines import Completion, HFEngine, count_tokens, make_engine, policy_weights, stop_token_ids
-from acesql_lib.models import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
-from acesql_lib.workers import DECODE_THREADS
+from acesql_lib.config.settings import EngineConfig
+from acesql_lib.models.engines import Completion, HFEngine, count_tokens, make_engine, policy_weights, stop_token_ids
+from acesql_lib.models.loading import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
+from acesql_lib.runtime.workers import DECODE_THREADS
 
 ANSWERS = ["SELECT name FROM singer", "SELECT count(*) FROM concert", "SELECT age FROM singer WHERE year = 1987"]
 
@@ -161,7 +161,7 @@ def _ids(out):
 
 
 def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(trained, prompts):
-    from acesql_lib.engines import gqa_attention
+    from acesql_lib.models.engines import gqa_attention
 
     model, tokenizer = trained
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads to keep grouped
@@ -217,7 +217,7 @@ def test_sorted_batches_return_in_prompt_order(trained, prompts):
 
 
 def test_grouped_kv_on_a_lora_model(trained, prompts):
-    from acesql_lib.engines import gqa_attention
+    from acesql_lib.models.engines import gqa_attention
 
     _, tokenizer = trained
     torch.manual_seed(1)
@@ -259,7 +259,7 @@ def test_a_shared_prefix_is_prefilled_once_per_distinct_prompt(trained, prompts)
 
 
 def test_prefix_groups_share_long_openings_only():
-    from acesql_lib.engines import _prefix_groups
+    from acesql_lib.models.engines import _prefix_groups
 
     schema_a, schema_b = [5] * 40, [5] * 12 + [6] * 30  # b shares 12 tokens with a: a chat header, not a schema
     prompts = [schema_a + [7, 8], schema_b + [9], schema_a + [10, 11, 12], [3, 4], schema_b + [13, 14],
@@ -305,7 +305,7 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
     """A long prompt that shares nothing beside three that share a short opening but have long rests: the second
     prefill would attend over the long prompt's width and the longest rest, more work than one prefill of each
     prompt whole, so each is prefilled whole."""
-    from acesql_lib.engines import _prefill_work, _prefix_groups, _token_work
+    from acesql_lib.models.engines import _prefill_work, _prefix_groups, _token_work
 
     model, tokenizer = trained
     opening = [5] * 64
@@ -327,7 +327,7 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
 def test_exponential_noise_is_torchs_draw():
     """The sampler's noise: torch's exponential draws, value for value, and the generator left where torch's
     leaves it."""
-    from acesql_lib.engines import exponential_noise
+    from acesql_lib.models.engines import exponential_noise
 
     ours, torchs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
     for shape in [(64, 1024)] * 40 + [(3, 7), (1, 1)]:
@@ -342,7 +342,7 @@ def test_exponential_noise_is_torchs_draw():
 
 
 def test_engine_settings_are_checked():
-    from acesql_lib.config import ConfigError
+    from acesql_lib.config.settings import ConfigError
 
     with pytest.raises(ConfigError, match="engine.hf_cache"):
         EngineConfig(hf_cache="paged")
@@ -465,7 +465,7 @@ def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(t
     when the room runs out, and rows dropped as the dynamic cache drops them."""
     from transformers import DynamicCache
 
-    from acesql_lib.engines import in_place_cache
+    from acesql_lib.models.engines import in_place_cache
 
     model, _ = trained
     ours, theirs = in_place_cache(model, room=3), DynamicCache(config=model.config)
@@ -488,7 +488,7 @@ def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(t
 def test_the_in_place_cache_leaves_sliding_window_layers_alone():
     from transformers import DynamicCache, Qwen3Config
 
-    from acesql_lib.engines import in_place_cache
+    from acesql_lib.models.engines import in_place_cache
 
     config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=8, max_window_layers=1)
@@ -504,7 +504,7 @@ def test_the_in_place_cache_leaves_sliding_window_layers_alone():
 def test_a_budget_beyond_the_cache_room_grows_the_cache_and_keeps_the_tokens(trained, monkeypatch):
     """With less room than the call's budget (`engines.CACHE_ROOM`, 256 tokens by default), the kit's loop grows
     its cache as it goes and returns `generate`'s tokens, greedy and sampled, with and without the shared prefill."""
-    import acesql_lib.engines as engines
+    import acesql_lib.models.engines as engines
 
     model, tokenizer = trained
     ask = _stopping_prompts(tokenizer)
@@ -589,7 +589,7 @@ def test_vllm_sleep_mode_on_a_cpu_is_refused_before_the_engine_starts():
     loading); the kit says so, naming the setting, before anything loads."""
     import torch
 
-    from acesql_lib.engines import VLLMEngine
+    from acesql_lib.models.engines import VLLMEngine
 
     assert not torch.cuda.is_available()
     with pytest.raises(ValueError, match="engine.sleep_during_update"):

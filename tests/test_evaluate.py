@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from acesql_lib.config import EvalSet, load_config
-from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
+from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.data.datasets import load_bird, schemas_for
+from acesql_lib.evaluation.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
                                  retrieval_metrics, summarize, token_metrics)
 from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions
-from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
-from acesql_lib.paths import Paths
-from acesql_lib.prompts import generator_messages, generator_target, retriever_messages, retriever_target
-from acesql_lib.sqlcolumns import column_set
+from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
+from acesql_lib.config.paths import Paths
+from acesql_lib.roles.prompts import generator_messages, generator_target, retriever_messages, retriever_target
+from acesql_lib.data.sqlcolumns import column_set
 from helpers_bird import QUESTIONS, eval_prompt_lengths  # the questions of the `bird_dir` fixture (conftest)
 
 
@@ -164,7 +164,7 @@ def test_the_sets_of_one_checkpoint_share_one_model_and_one_engine_and_score_as_
     and the same records as evaluating each set on its own."""
     import dataclasses
 
-    import acesql_lib.evaluate as ev
+    import acesql_lib.evaluation.evaluate as ev
 
     cfg = _cfg()
     cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, reuse=False))
@@ -203,7 +203,7 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
     import os
     import shutil
 
-    import acesql_lib.evaluate as ev
+    import acesql_lib.evaluation.evaluate as ev
 
     cfg = _cfg()
     model, tok = _saved_random_model(bird_dir, tmp_path / "model")
@@ -247,10 +247,10 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
 @pytest.mark.slow
 def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
     """The tiny base model plays Qwen3-8B's part: well formed, some right, room to improve (10-60% EX)."""
-    from acesql_lib.context import RunContext
-    from acesql_lib.shipped_base import MANIFEST
-    from acesql_lib.tinybase import build_tiny_base
-    from acesql_lib.tinyworld import build_profile_world
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.pipeline.shipped_base import MANIFEST
+    from acesql_lib.pipeline.tinybase import build_tiny_base
+    from acesql_lib.data.tinyworld import build_profile_world
 
     ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / "run")})
     cfg, paths = ctx.cfg, ctx.paths
@@ -270,8 +270,8 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
 def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_dir, tmp_path):
     """The authors' evaluation gives the retriever 4,096 and the SQL pass 8,192 new tokens in an 8,192-token
     engine (EVAL/single_eval_maj.py); the kit's evaluation passes each role its own budget."""
-    from acesql_lib.engines import HFEngine
-    from acesql_lib.evaluate import eval_engine_config
+    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.evaluation.evaluate import eval_engine_config
 
     paper = load_config("paper")
     assert (paper.eval.retriever_max_new_tokens, paper.eval.max_new_tokens, paper.eval.max_model_len) == (4096, 8192, 8192)
@@ -304,7 +304,7 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
     """eval.scoring: under "authors" (the paper profile; EVAL/evaluation_maj.py) a prediction without
     SQL runs as no rows and matches a gold with none; under "kit" (tiny) it scores 0. A model SQL that
     holds the BIRD separator is written to predict_dev.json and read back unchanged (it raised)."""
-    from acesql_lib.engines import Completion, Engine
+    from acesql_lib.models.engines import Completion, Engine
     from acesql_lib.executor import BIRD_SEPARATOR
 
     assert load_config("paper").eval.scoring == "authors" and load_config("rehearsal").eval.scoring == "authors"
@@ -340,9 +340,9 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
     """Where the retriever's voted set is the gold set, the gold-schema prompt is the pruned pass's prompt, and its
     greedy answer is the one that pass decoded: only the other questions' gold-schema prompts are decoded again,
     and every record holds what decoding each prompt would give."""
-    from acesql_lib.engines import Completion, Engine
-    from acesql_lib.prompts import AUTHORS_EVAL, evaluation_style
-    from acesql_lib.rollouts import Task, generator_prompt
+    from acesql_lib.models.engines import Completion, Engine
+    from acesql_lib.roles.prompts import AUTHORS_EVAL, evaluation_style
+    from acesql_lib.train.rollouts import Task, generator_prompt
 
     cfg = load_config("tiny", {"eval.max_new_tokens": 40, "eval.retriever_max_new_tokens": 12, "eval.workers": 1})
     examples = list(load_bird(bird_dir / "dev.json", bird_dir / "dev_databases"))
@@ -445,9 +445,9 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     """Prompt + budget over the context: the answer stops where the context is full (what vLLM does), marked
     truncated, the first tokens of the answer a larger context gives; a prompt with no room at all is not
     generated, in the generator pass as in the retriever pass."""
-    from acesql_lib.engines import HFEngine
-    from acesql_lib.prompts import evaluation_style
-    from acesql_lib.rollouts import SamplingSpec, Task, generate, prompt_tokens, retrieve
+    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.roles.prompts import evaluation_style
+    from acesql_lib.train.rollouts import SamplingSpec, Task, generate, prompt_tokens, retrieve
 
     examples = _with_a_long_question(bird_dir, tmp_path / "data")
     schemas = schemas_for(examples)
@@ -488,7 +488,7 @@ def test_stages_that_only_sample_load_the_policy_on_the_cpu_when_vllm_generates(
     """Under vLLM the engine reads the checkpoint itself and takes the policy's weights once (make_engine's sync):
     evaluation and distillation load that policy on the CPU, so the GPU holds one copy; the HF engine decodes with
     the policy, which stays on `model.device`."""
-    from acesql_lib.engines import policy_load_device
+    from acesql_lib.models.engines import policy_load_device
 
     for kind, want in (("vllm", "cpu"), ("hf", device)):
         assert policy_load_device(load_config("tiny", {"engine.kind": kind, "model.device": device})) == want

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config import FilteringConfig
-from acesql_lib.datasets import Example
-from acesql_lib.filtering import (_complexity_quotas, distributions, filter_pool, load_pool, normalize_question,
+from acesql_lib.config.settings import FilteringConfig
+from acesql_lib.data.datasets import Example
+from acesql_lib.data.filtering import (_complexity_quotas, distributions, filter_pool, load_pool, normalize_question,
                                   normalize_sql, save_pool)
 from acesql_lib.reports import plot_distributions
-from acesql_lib.schema import Schema
-from acesql_lib.sqlcolumns import column_set
+from acesql_lib.data.schema import Schema
+from acesql_lib.data.sqlcolumns import column_set
 
 LEVELS = ("Simple", "Moderate", "Complex", "Highly Complex")
 N_CUSTOMERS = 60

@@ -42,7 +42,7 @@ def _rank(rank: int, world: int, folder: str) -> None:
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor import DTensor
 
-        from acesql_lib.engines import policy_weights
+        from acesql_lib.models.engines import policy_weights
 
         mesh = init_device_mesh("cpu", (world,))
         model = _qwen3()
@@ -97,9 +97,9 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
     from accelerate import Accelerator
     from torch.distributed.device_mesh import init_device_mesh
 
-    from acesql_lib import checkpoint as ckpt
-    from acesql_lib.config import load_config
-    from acesql_lib.pool import ColumnSetPool
+    from acesql_lib.train import checkpoint as ckpt
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.roles.pool import ColumnSetPool
 
     acc = Accelerator(cpu=True)  # the process group over gloo, as a launched GRPO rank has it
     try:
@@ -136,7 +136,7 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     then resumes on one process, into an unsharded model (resharded on load)."""
     from launching import free_port
 
-    from acesql_lib import checkpoint as ckpt
+    from acesql_lib.train import checkpoint as ckpt
 
     mp.start_processes(_checkpoint_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
     for rank in range(2):
@@ -157,8 +157,8 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     acc = Accelerator(cpu=True)
     ckpt.load_latest(tmp_path / "run", acc, model, opt, sched, gamma=0.5)
-    from acesql_lib.config import load_config
-    from acesql_lib.pool import ColumnSetPool
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.roles.pool import ColumnSetPool
 
     # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2
     ckpt.save(tmp_path / "gathered", ckpt.TrainState(step=1), acc, model, opt, sched, ColumnSetPool(0.5),
@@ -181,7 +181,7 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
     from accelerate import Accelerator
     from torch.distributed.device_mesh import init_device_mesh
 
-    from acesql_lib import checkpoint as ckpt
+    from acesql_lib.train import checkpoint as ckpt
 
     acc = Accelerator(cpu=True)
     try:
@@ -206,8 +206,8 @@ def _reference_rank(rank: int, world: int, folder: str, port: int) -> None:
 
     acc = Accelerator(cpu=True)  # as a rank of the FSDP2 launch has it on CPU
     try:
-        from acesql_lib.grpo import _pad_batch, completion_logprobs
-        from acesql_lib.sharding import fsdp2_on_cpu, shard_reference
+        from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+        from acesql_lib.models.sharding import fsdp2_on_cpu, shard_reference
 
         assert fsdp2_on_cpu(acc)
         whole = _qwen3()
@@ -235,7 +235,7 @@ def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(
     """Each of 2 ranks holds about half of the frozen reference (accelerate's fsdp2_prepare_model, as the policy),
     rank 1 started from zeros gets rank 0's weights, the log-probabilities it gives are the unsharded model's, and
     after a forward pass every unit is back to its shard (no gathered weights held between steps)."""
-    from acesql_lib.grpo import _pad_batch, completion_logprobs
+    from acesql_lib.train.grpo import _pad_batch, completion_logprobs
     from launching import free_port
 
     mp.start_processes(_reference_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
@@ -259,7 +259,7 @@ def test_fsdp2_reduces_gradients_in_fp32_with_bf16_compute():
 
     from accelerate.utils import FullyShardedDataParallelPlugin
 
-    from acesql_lib.sharding import reduce_gradients_in_fp32
+    from acesql_lib.models.sharding import reduce_gradients_in_fp32
 
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2, mixed_precision_policy="bf16")
     assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16  # accelerate's default
@@ -288,8 +288,8 @@ def _generate_rank(rank: int, world: int, folder: str) -> None:
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
-        from acesql_lib.engines import HFEngine
-        from acesql_lib.sharding import is_sharded, unsharded
+        from acesql_lib.models.engines import HFEngine
+        from acesql_lib.models.sharding import is_sharded, unsharded
 
         model, tokenizer = _tiny_lm(folder)
         model = _shard(model, init_device_mesh("cpu", (world,)))
@@ -315,8 +315,8 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
     unsharded model's. A model still sharded decodes in `generate`, whose ranks keep in lockstep."""
     import time
 
-    from acesql_lib.engines import HFEngine
-    from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
+    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 
     tokenizer = train_tiny_tokenizer(PROMPTS * 4, vocab_size=300)
     save_tiny(build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
@@ -341,8 +341,8 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
 
 
 def test_the_units_fsdp2_shards_are_the_decoder_layers_with_or_without_lora_adapters():
-    from acesql_lib.models import LoraSpec, apply_lora
-    from acesql_lib.sharding import decoder_layers
+    from acesql_lib.models.loading import LoraSpec, apply_lora
+    from acesql_lib.models.sharding import decoder_layers
 
     plain = _qwen3()
     assert decoder_layers(plain) == list(plain.model.layers)
@@ -363,8 +363,8 @@ def _state_rank(rank: int, world: int, folder: str, port: int) -> None:
     try:
         from torch.distributed.tensor import DTensor
 
-        from acesql_lib.pcgrad import save_grads
-        from acesql_lib.sharding import fsdp2_on_cpu
+        from acesql_lib.train.pcgrad import save_grads
+        from acesql_lib.models.sharding import fsdp2_on_cpu
 
         assert fsdp2_on_cpu(acc)
         model = _qwen3()
@@ -397,7 +397,7 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
     rows FSDP2 pads a tensor with to split it evenly."""
     import tempfile
 
-    from acesql_lib.memory import grpo_step_bytes
+    from acesql_lib.train.memory import grpo_step_bytes
     from launching import free_port
 
     whole = _qwen3()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.testing import rl_overrides
+from rl_setup import rl_overrides
 from repo_paths import ROOT as REPO
 
 pytestmark = pytest.mark.gpu
@@ -43,8 +43,8 @@ def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tm
     step on a bf16-held policy rounds nearly all of them away."""
     from accelerate.state import AcceleratorState
 
-    from acesql_lib.context import RunContext
-    from acesql_lib.grpo import build_trainer
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.train.grpo import build_trainer
 
     run = tmp_path / "run"
     shutil.copytree(rl_template, run)
@@ -80,12 +80,12 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp
     the GPU after training, bf16 matmuls, and a 1e-6 step moves nearly every weight."""
     from accelerate.state import AcceleratorState
 
-    from acesql_lib.config import SFTConfig
-    from acesql_lib.datasets import load_synsql, schemas_for
-    from acesql_lib.models import load_policy
-    from acesql_lib.tinybase import gold_samples
-    from acesql_lib.tinyworld import build_tinyworld
-    from acesql_lib.sft import train_sft
+    from acesql_lib.config.settings import SFTConfig
+    from acesql_lib.data.datasets import load_synsql, schemas_for
+    from acesql_lib.models.loading import load_policy
+    from acesql_lib.pipeline.tinybase import gold_samples
+    from acesql_lib.data.tinyworld import build_tinyworld
+    from acesql_lib.train.sft import train_sft
 
     world = build_tinyworld(tmp_path / "world", seed=0, n_train=80, n_dev=8)
     examples = load_synsql(world.train_json, world.train_db_root).examples
@@ -115,7 +115,7 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp
 
 def test_the_grpo_memory_formula_matches_the_allocator_peak():
     """benchmarks/grpo_memory.py on CUDA: torch's exact allocator peak of a GRPO update of a scaled-down Qwen3
-    (the real vocabulary) against `acesql_lib.memory.grpo_step_bytes`, with and without activation
+    (the real vocabulary) against `acesql_lib.train.memory.grpo_step_bytes`, with and without activation
     checkpointing and chunked log-probabilities: within 20% on every shape. The records go to
     $ACESQL_GPU_OUT/grpo_memory_cuda.json when that is set (scripts/gpu_checks.sh)."""
     import os

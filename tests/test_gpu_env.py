@@ -7,7 +7,7 @@ mistral_common, numpy<2.4) and no test looked at it.
 
 The resolution test asks the package registry: it runs the user's own line, `pip install --dry-run
 --ignore-installed -r requirements-gpu.lock`, and pip's resolver for the oldest GPU box (Linux x86_64, glibc 2.31,
-CPython 3.11), acesql_lib.pins.resolve_lock, about 45-60 s with pip 26.3. The lock's own format options (which
+CPython 3.11), acesql_lib.pipeline.pins.resolve_lock, about 45-60 s with pip 26.3. The lock's own format options (which
 packages pip may build from source) are also checked offline, by the same pip on a local index. A registry
 that cannot be reached FAILS it: a skip would leave a green suite that never checked the lock. To
 leave it out on purpose, set ACESQL_SKIP_GPU_LOCK to the reason, e.g.
@@ -23,8 +23,8 @@ import tarfile
 
 import pytest
 
-from acesql_lib import pins
-from acesql_lib.pins import GPU_IN, GPU_LOCK, canonical, no_binary, pin_mismatches, read_pins, shared_mismatches
+from acesql_lib.pipeline import pins
+from acesql_lib.pipeline.pins import GPU_IN, GPU_LOCK, canonical, no_binary, pin_mismatches, read_pins, shared_mismatches
 from repo_paths import ROOT as REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))

@@ -15,12 +15,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from acesql_lib.context import RunContext
-from acesql_lib.grpo import NonFiniteLoss, build_trainer
+from acesql_lib.config.context import RunContext
+from acesql_lib.train.grpo import NonFiniteLoss, build_trainer
 
-from acesql_lib.testing import rl_overrides
+from rl_setup import rl_overrides
 from helpers_rl import fresh_run
-from acesql_lib.timing import PHASES_LOG
+from acesql_lib.runtime.timing import PHASES_LOG
 from helpers_tensorboard import read_events
 from launching import accelerate_launch
 from repo_paths import ROOT as REPO
@@ -28,7 +28,7 @@ from repo_paths import ROOT as REPO
 
 def cli(run: Path, *extra: str) -> list[str]:
     sets = [f"{k}={v}" for k, v in rl_overrides(run).items()] + list(extra)
-    return [sys.executable, "-m", "acesql_lib.grpo", "--config", "tiny", "--set", *sets]
+    return [sys.executable, "-m", "acesql_lib.train.grpo", "--config", "tiny", "--set", *sets]
 
 
 def params_of(folder: Path) -> dict[str, torch.Tensor]:
@@ -177,7 +177,7 @@ def test_a_run_started_from_other_settings_is_kept_aside_not_resumed(rl_template
 def test_validation_averages_val_samples_generator_samples_per_question(rl_template, tmp_path, n_ret, monkeypatch):
     """The authors' validation is the training rollout at val_temperature: N_ret retriever samples, the vote,
     N_gen generator samples; EX is the share of matching generator samples."""
-    import acesql_lib.grpo as grpo_mod
+    import acesql_lib.train.grpo as grpo_mod
 
     run = fresh_run(rl_template, tmp_path, f"v{n_ret}")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.val_samples": 3, "grpo.val_retriever_samples": n_ret}))
@@ -265,7 +265,7 @@ def test_report_to_tensorboard_logs_the_jsonl_metrics(rl_template, tmp_path):
 def test_trainer_reads_the_prompt_style_from_the_config(rl_template, tmp_path):
     """build_trainer once derived the style from the profile name ("tiny" -> tiny), so a profile
     with another model.prompt_style (the rehearsal) trained on prompts it never evaluated on."""
-    from acesql_lib.rollouts import retriever_prompt
+    from acesql_lib.train.rollouts import retriever_prompt
 
     run = fresh_run(rl_template, tmp_path, "style")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
@@ -282,12 +282,12 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
     on the filtered pool, each question's correct rollouts are counted from its own shard records, the
     questions inside the bounds train, stage 1's validation split is kept as it is, the training
     questions' pool comes from these rollouts, a rerun reads the products back, and GRPO trains on them."""
-    import acesql_lib.engines as engines
-    from acesql_lib.datasets import load_synsql
-    from acesql_lib.distill import _pool_set, make_tasks, select_by_model
-    from acesql_lib.filtering import save_pool
-    from acesql_lib.models import model_tag
-    from acesql_lib.pool import ColumnSetPool
+    import acesql_lib.models.engines as engines
+    from acesql_lib.data.datasets import load_synsql
+    from acesql_lib.train.distill import _pool_set, make_tasks, select_by_model
+    from acesql_lib.data.filtering import save_pool
+    from acesql_lib.models.loading import model_tag
+    from acesql_lib.roles.pool import ColumnSetPool
 
     run = fresh_run(rl_template, tmp_path, "sel")
     world = rl_template.parent / "world"
@@ -366,7 +366,7 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
 def test_the_authors_schedule_and_question_order_drive_the_trainer(rl_template, tmp_path):
     """grpo.schedule authors: the first update runs at lr 0 (verl's warm-up), so it leaves the weights as
     they were; grpo.data_order authors: each step's questions are verl's sampler's next batch."""
-    from acesql_lib.grpo import epoch_order
+    from acesql_lib.train.grpo import epoch_order
 
     run = fresh_run(rl_template, tmp_path, "sched")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 0.67,
@@ -404,7 +404,7 @@ def test_a_1e6_step_moves_fp32_master_weights_under_bf16_compute_and_rounds_away
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from acesql_lib.grpo import accelerator_precision
+    from acesql_lib.train.grpo import accelerator_precision
 
     assert accelerator_precision(True, cuda=True) == {"cpu": False, "mixed_precision": "bf16"}
     assert accelerator_precision(False, cuda=True)["mixed_precision"] == "no"
@@ -462,7 +462,7 @@ def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes
 def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their_last_tokens(rl_template, tmp_path):
     """The authors' limits at grpo.max_prompt_tokens: a question whose retriever prompt is longer is dropped
     (verl's filter_overlong_prompts), a longer generator prompt keeps its last tokens (left truncation)."""
-    from acesql_lib.rollouts import generator_prompt, keep_last_tokens, prompt_tokens, retriever_prompt
+    from acesql_lib.train.rollouts import generator_prompt, keep_last_tokens, prompt_tokens, retriever_prompt
 
     run = fresh_run(rl_template, tmp_path, "long")
     plain = RunContext.create("tiny", rl_overrides(run))
@@ -494,8 +494,8 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     """grpo.loss_agg micro_token_mean: the gradient of one role equals that of sum over micro-batches of
     (sequences in it / sequences) x (its token mean), the micro-batches being verl's length-balanced split
     of ceil(tokens / micro_batch_tokens); it differs from the global token mean's gradient."""
-    from acesql_lib.grpo import _pad_batch, completion_logprobs, ppo_token_loss
-    from acesql_lib.microbatches import balanced_partitions, micro_batch_count
+    from acesql_lib.train.grpo import _pad_batch, completion_logprobs, ppo_token_loss
+    from acesql_lib.train.microbatches import balanced_partitions, micro_batch_count
 
     run = fresh_run(rl_template, tmp_path, "agg")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.loss_agg": "micro_token_mean",
@@ -566,7 +566,7 @@ def test_activation_checkpointing_gives_the_same_update(rl_template, tmp_path):
 
 
 def test_samples_packed_by_prompt_give_the_per_row_update(rl_template, tmp_path):
-    """grpo.packed_prompts (the tiny profile's layout, acesql_lib/packed.py): the same rollouts give the
+    """grpo.packed_prompts (the tiny profile's layout, acesql_lib/train/packed.py): the same rollouts give the
     combined gradient of one sample per row, up to float rounding."""
     grads, packed_rows = {}, {}
     for flag in (False, True):
@@ -590,7 +590,7 @@ def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(r
     would all land on the first GPU (the construction order of the multi-GPU launch)."""
     from accelerate.state import AcceleratorState, PartialState
 
-    from acesql_lib import models
+    from acesql_lib.models import loading as models
 
     seen = []
     real_policy, real_reference = models.load_policy, models.load_reference
@@ -614,7 +614,7 @@ def test_the_accelerator_is_made_before_the_models_and_they_load_on_its_device(r
 
 def test_training_and_validation_rollouts_execute_under_the_profile_sql_rule(rl_template, tmp_path, monkeypatch):
     """grpo.sql_whitespace reaches the executor in both of GRPO's rollout calls (step and validation)."""
-    from acesql_lib import rollouts
+    from acesql_lib.train import rollouts
 
     seen = []
     real = rollouts.execute_rollouts
@@ -634,8 +634,8 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(rl_template, t
     """model.lora starting from the SFT model: no second model is loaded; the KL reference's log-probabilities
     are the SFT model's (the policy with its adapters disabled), while the policy's own differ once the adapters
     are non-zero."""
-    from acesql_lib.grpo import _pad_batch, completion_logprobs
-    from acesql_lib.models import load_reference
+    from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+    from acesql_lib.models.loading import load_reference
 
     run = fresh_run(rl_template, tmp_path, "lora_ref")
     over = rl_overrides(run, **{"model.lora": True, "model.lora_r": 4, "model.lora_alpha": 8,

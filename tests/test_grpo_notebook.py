@@ -8,13 +8,13 @@ import json
 import nbformat
 import pytest
 
-from acesql_lib.context import RunContext
-from acesql_lib.grpo import build_trainer
-from acesql_lib.paths import GRPO_METRICS, check_variant, grpo_metrics_name
-from acesql_lib.pipeline import NOTEBOOK_DIR, ProgressRelay, run_notebook
-from acesql_lib.progress import PhaseBar
+from acesql_lib.config.context import RunContext
+from acesql_lib.train.grpo import build_trainer
+from acesql_lib.config.paths import GRPO_METRICS, check_variant, grpo_metrics_name
+from acesql_lib.pipeline.runner import NOTEBOOK_DIR, ProgressRelay, run_notebook
+from acesql_lib.runtime.progress import PhaseBar
 from acesql_lib.reports import ReportInputs
-from acesql_lib.testing import N_VAL, rl_overrides
+from rl_setup import N_VAL, rl_overrides
 from helpers_rl import fresh_run
 
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from acesql_lib.grpo import (_pad_batch, completion_logprobs, epoch_order, gen_weight, lr_lambda, ppo_token_loss,
+from acesql_lib.train.grpo import (_pad_batch, completion_logprobs, epoch_order, gen_weight, lr_lambda, ppo_token_loss,
                              total_steps, warmup_steps)
-from acesql_lib.rollouts import vote
+from acesql_lib.train.rollouts import vote
 
 
 def test_the_paper_run_has_728_steps_an_epoch_dropping_its_last_partial_batch():
@@ -131,7 +131,7 @@ def test_left_padded_logprobs_equal_unpadded():
 
 
 def test_run_summary_reads_reward_thirds_and_validation_from_the_log(tmp_path):
-    from acesql_lib.grpo import run_summary
+    from acesql_lib.train.grpo import run_summary
 
     rows = [{"step": s, "reward/generator": g, "reward/retriever": 1 - g, "pcgrad/conflict_ratio": s / 10,
              "pool/target_differs_from_gold_share": s / 100} for s, g in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.9], 1)]
@@ -157,11 +157,11 @@ def test_trainer_retriever_reward_dispatch(kind, expected):
     # the kit's dense reward against the gold set when there is no target
     from types import SimpleNamespace
 
-    from acesql_lib.config import GRPOConfig
-    from acesql_lib.grpo import JointGRPO
-    from acesql_lib.prompts import parse_retriever, retriever_target
-    from acesql_lib.rewards import LengthPenalty
-    from acesql_lib.schema import Column, Schema, Table
+    from acesql_lib.config.settings import GRPOConfig
+    from acesql_lib.train.grpo import JointGRPO
+    from acesql_lib.roles.prompts import parse_retriever, retriever_target
+    from acesql_lib.roles.rewards import LengthPenalty
+    from acesql_lib.data.schema import Column, Schema, Table
 
     schema = Schema("db", [Table("singer", [Column("Name", "TEXT"), Column("Age", "INTEGER")])])
     parse = parse_retriever(retriever_target({"singer.Name", "singer.Age"}, "t"), schema)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from acesql_lib.testing import rl_overrides
+from rl_setup import rl_overrides
 from helpers_rl import fresh_run
 from launching import free_port
 from vllm_env import REPO_ROOT, vllm_env, vllm_python
@@ -54,7 +54,7 @@ def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(chec
 
 def _cli(python: Path, run: Path) -> list[str]:
     sets = [f"{k}={v}" for k, v in rl_overrides(run, **{"engine.kind": "vllm"}).items()]
-    return [str(python), "-m", "acesql_lib.grpo", "--config", "tiny", "--set", *sets]
+    return [str(python), "-m", "acesql_lib.train.grpo", "--config", "tiny", "--set", *sets]
 
 
 def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(rl_template, checked_run, tmp_path):

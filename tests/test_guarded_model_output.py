@@ -3,18 +3,18 @@ never an exception: deep nesting that sqlglot recurses into past Python's stack,
 nested past it, run through a GRPO step's rollout, pool and rewards and through an evaluation."""
 import pytest
 
-from acesql_lib.config import load_config
-from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.engines import Completion, Engine
-from acesql_lib.evalparse import parse_retriever_eval
-from acesql_lib.evaluate import evaluate
-from acesql_lib.models import train_tiny_tokenizer
-from acesql_lib.pool import pool_additions
-from acesql_lib.rewards import LengthPenalty, generator_reward
-from acesql_lib.routes import is_alternative_route, route_share, rollout_route_records
-from acesql_lib.rollouts import RolloutSpec, SamplingSpec, rollout
-from acesql_lib.sqlcolumns import ColumnResolutionError, column_set
-from acesql_lib.task import Task
+from acesql_lib.config.settings import load_config
+from acesql_lib.data.datasets import load_bird, schemas_for
+from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.roles.parsers import parse_retriever_eval
+from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.models.loading import train_tiny_tokenizer
+from acesql_lib.roles.pool import pool_additions
+from acesql_lib.roles.rewards import LengthPenalty, generator_reward
+from acesql_lib.data.routes import is_alternative_route, route_share, rollout_route_records
+from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, rollout
+from acesql_lib.data.sqlcolumns import ColumnResolutionError, column_set
+from acesql_lib.data.task import Task
 
 GOLD = "SELECT count(*) FROM singer WHERE age > 30"  # helpers_bird.QUESTIONS[0]: 2 rows match
 

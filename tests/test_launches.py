@@ -1,5 +1,5 @@
 """The README's two `accelerate launch` commands, 2 CPU processes over gloo, on the rehearsal profile:
-mixed SFT (`-m acesql_lib.sft`) and joint GRPO (`-m acesql_lib.grpo`), each from the paper's own launch file
+mixed SFT (`-m acesql_lib.train.sft`) and joint GRPO (`-m acesql_lib.train.grpo`), each from the paper's own launch file
 (`sft.accelerate_config`, `grpo.accelerate_config`) with only its CPU keys replaced; GRPO is killed after
 a checkpoint and resumed by the same command. The policy is the small RL fixture policy, so a step
 takes seconds; the launch, the process group, the sharding and the checkpoints are the real ones."""
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.config import load_config
-from acesql_lib.datasets import load_synsql, schemas_for
-from acesql_lib.testing import rl_overrides
-from acesql_lib.tinybase import gold_samples
-from acesql_lib.tinyworld import TinyWorld
+from acesql_lib.config.settings import load_config
+from acesql_lib.data.datasets import load_synsql, schemas_for
+from rl_setup import rl_overrides
+from acesql_lib.pipeline.tinybase import gold_samples
+from acesql_lib.data.tinyworld import TinyWorld
 from launching import accelerate_launch
 from repo_paths import ROOT as REPO
 
@@ -52,7 +52,7 @@ def test_sft_launch_runs_two_processes_and_reaches_its_effective_batch_by_accumu
     out = tmp_path / "sft"
     config = tmp_path / "sft.yaml"  # the accumulation derived from the effective batch, as the paper profile does
     config.write_text("inherits: rehearsal\nsft:\n  effective_batch_size: 16\n  gradient_accumulation_steps: 0\n")
-    cmd = launch(CFG.sft.accelerate_config, "acesql_lib.sft", "--config", str(config), "--samples", str(path),
+    cmd = launch(CFG.sft.accelerate_config, "acesql_lib.train.sft", "--config", str(config), "--samples", str(path),
                  "--output", str(out), "--model", str(run / "models" / "sft"), "--max-steps", "2")
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -71,7 +71,7 @@ def grpo_launch(run: Path, work: Path, accelerate_config: str) -> tuple[list[str
 
     shutil.copytree(run, work)
     sets = [f"{k}={v}" for k, v in rl_overrides(work, **LAUNCH_STEPS).items()]
-    return launch(accelerate_config, "acesql_lib.grpo", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
+    return launch(accelerate_config, "acesql_lib.train.grpo", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
 
 
 def killed_and_resumed(cmd: list[str], out: Path) -> subprocess.CompletedProcess:
@@ -121,7 +121,7 @@ def fsdp2_straight(run, tmp_path_factory) -> Path:
 def test_the_rehearsal_launches_the_papers_own_launch_files_with_only_the_cpu_keys_replaced(tmp_path):
     import yaml
 
-    from acesql_lib.launch import cpu_launch_config
+    from acesql_lib.train.launch import cpu_launch_config
 
     paper = load_config("paper")
     assert CFG.grpo.accelerate_config == paper.grpo.accelerate_config == "configs/accelerate/fsdp.yaml"
@@ -140,7 +140,7 @@ def test_the_rehearsal_launches_the_papers_own_launch_files_with_only_the_cpu_ke
 
 
 def test_fsdp2_launch_steps_the_schedule_once_per_step_and_writes_sharded_checkpoints_and_a_whole_model(run, fsdp2_straight):
-    from acesql_lib.grpo import lr_lambda, warmup_steps
+    from acesql_lib.train.grpo import lr_lambda, warmup_steps
 
     cfg = load_config("rehearsal", rl_overrides(fsdp2_straight.parent.parent, **LAUNCH_STEPS))
     schedule = lr_lambda(warmup_steps(cfg.grpo.warmup_ratio, 3, cfg.grpo.schedule), cfg.grpo.schedule)
@@ -222,7 +222,7 @@ def test_fsdp2_launch_sent_sigterm_mid_step_saves_and_resumes_to_the_straight_ru
     ranks give up the step in progress after its rollouts (or finish its update) and write the last finished
     step's checkpoint inside torchrun's shutdown timeout; the same command then resumes, at most one step lost,
     to the straight run's metrics and weights."""
-    from acesql_lib.launch import launch_env
+    from acesql_lib.train.launch import launch_env
 
     cmd, out = grpo_launch(run, tmp_path / "run", CFG.grpo.accelerate_config)
     cmd[cmd.index("grpo.save_every=1")] = "grpo.save_every=1000"  # only the stop and the end save
@@ -256,7 +256,7 @@ def test_fsdp2_launch_sent_sigterm_mid_step_saves_and_resumes_to_the_straight_ru
 
 
 def test_the_kits_launcher_gives_a_stopped_rank_time_to_save():
-    from acesql_lib.launch import SHUTDOWN_TIMEOUT_S, launch_env
+    from acesql_lib.train.launch import SHUTDOWN_TIMEOUT_S, launch_env
 
     assert launch_env({})["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(SHUTDOWN_TIMEOUT_S) and SHUTDOWN_TIMEOUT_S > 30
     assert launch_env({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "90"})["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == "90"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.datasets import DatasetError, load_bird, load_spider, load_synsql, load_tables
-from acesql_lib.schema import load_tables_json
+from acesql_lib.data.datasets import DatasetError, load_bird, load_spider, load_synsql, load_tables
+from acesql_lib.data.schema import load_tables_json
 from repo_paths import REAL
 
 BIRD = {"question_id": 0, "db_id": "shop", "question": "How many?", "evidence": "", "SQL": "SELECT 1",
@@ -62,7 +62,7 @@ def test_duplicate_ids_are_an_error_naming_the_file_id_and_records(tmp_path, loa
 
 def test_unknown_enumerated_values_are_warned_and_counted(tmp_path, caplog):
     records = [{**SYN, "id": i, "sql_complexity": c} for i, c in enumerate(["Simple", "Trivial", "", None, "Trivial"])]
-    with caplog.at_level(logging.WARNING, logger="acesql_lib.datasets"):
+    with caplog.at_level(logging.WARNING, logger="acesql_lib.data.datasets"):
         result = load_synsql(_write(tmp_path / "data.json", records), check_db=False)
     assert len(result) == 5  # kept
     assert result.unknown_values == {"sql_complexity": {"Trivial": 2, "": 1, None: 1}}
@@ -123,7 +123,7 @@ def test_a_db_id_that_is_not_a_plain_name_is_refused_naming_the_file_and_record(
     (root / "shop").mkdir(parents=True)
     (root / "shop" / "shop.sqlite").write_bytes(outside.read_bytes())
     path = _write(tmp_path / "dev.json", [{**BIRD, "db_id": db_id}, {**BIRD, "question_id": 1}])
-    with caplog.at_level(logging.WARNING, logger="acesql_lib.datasets"):
+    with caplog.at_level(logging.WARNING, logger="acesql_lib.data.datasets"):
         result = load_bird(path, root)
     assert [e.db_id for e in result] == ["shop"]  # the plain one loads; the other never reaches the disk
     assert result.skipped[0][0] == 0 and "db_id" in result.skipped[0][1]

@@ -1,5 +1,5 @@
 """GRPO's memory: chunked log-probabilities change no value, and the preflight's formula
-(`acesql_lib.memory.grpo_step_bytes`) holds against measured updates: on this CPU (the process's resident
+(`acesql_lib.train.memory.grpo_step_bytes`) holds against measured updates: on this CPU (the process's resident
 peak, benchmarks/grpo_memory.py) and in the H200 measurements kept in benchmarks/results/."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from acesql_lib.grpo import _pad_batch, completion_logprobs
-from acesql_lib.memory import grpo_step_bytes, logits_bytes
+from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+from acesql_lib.train.memory import grpo_step_bytes, logits_bytes
 from repo_paths import ROOT as REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))

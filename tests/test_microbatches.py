@@ -1,7 +1,7 @@
 """Token-budget micro-batches balanced by length (the authors' verl dynamic batching)."""
 import pytest
 
-from acesql_lib.microbatches import balanced_partitions, micro_batch_count
+from acesql_lib.train.microbatches import balanced_partitions, micro_batch_count
 
 
 def test_the_largest_differencing_partition_worked_by_hand():
@@ -36,7 +36,7 @@ def test_micro_batch_count_is_the_ceiling_of_tokens_over_the_budget():
 
 
 def test_a_micro_batch_of_short_rows_and_one_long_completion_runs_in_passes_within_its_padded_budget():
-    from acesql_lib.microbatches import padded_chunks
+    from acesql_lib.train.microbatches import padded_chunks
 
     prompts = [50] * 31 + [60]
     completions = [20] * 31 + [2048]  # padded together: 32 rows x (60 + 2048) = 67,456 tokens

@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from acesql_lib.pipeline import NotebookFailed, pipeline_notebooks, run_pipeline
+from acesql_lib.pipeline.runner import NotebookFailed, pipeline_notebooks, run_pipeline
 
 pytestmark = pytest.mark.notebook
 

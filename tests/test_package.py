@@ -1,5 +1,6 @@
 """The package's public names: each resolves to the object in its module, and importing the package
 loads none of the heavy libraries; no module imports itself back through others (no import circle)."""
+import ast
 import subprocess
 import sys
 
@@ -28,18 +29,18 @@ def test_the_package_imports_light_and_names_what_it_lacks():
 def test_training_and_evaluation_start_without_the_table_libraries():
     """A GRPO or evaluation process scores SQL and trains; pandas (route tables) and statsmodels (the claims'
     statistics) load only where a table or a CI is made (0.36 s and 0.82 s of every such process's start)."""
-    code = ("import sys, acesql_lib.grpo, acesql_lib.evaluate, acesql_lib.distill; "
+    code = ("import sys, acesql_lib.train.grpo, acesql_lib.evaluation.evaluate, acesql_lib.train.distill; "
             "print(sorted(m for m in ('pandas', 'statsmodels') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out
 
 
 def test_the_preflight_counts_a_runs_steps_without_loading_the_trainer():
-    """Notebook 00's preflight table (and `python -m acesql_lib.preflight`) reads the GRPO schedule from
-    acesql_lib.schedule: importing the trainer for it loaded transformers' model classes, 4.8 s of the notebook."""
-    code = ("import sys; from acesql_lib.config import load_config; from acesql_lib.preflight import preflight_table; "
+    """Notebook 00's preflight table (and `python -m acesql_lib.pipeline.preflight`) reads the GRPO schedule from
+    acesql_lib.train.schedule: importing the trainer for it loaded transformers' model classes, 4.8 s of the notebook."""
+    code = ("import sys; from acesql_lib.config.settings import load_config; from acesql_lib.pipeline.preflight import preflight_table; "
             "rows = preflight_table(load_config('paper'))[1]; "
-            "print(sorted(m for m in ('transformers', 'acesql_lib.grpo', 'trl') if m in sys.modules), "
+            "print(sorted(m for m in ('transformers', 'acesql_lib.train.grpo', 'trl') if m in sys.modules), "
             "any(r.item == 'joint GRPO' and ' steps of ' in r.detail for r in rows))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[] True", out
@@ -79,6 +80,36 @@ def test_no_module_of_the_library_imports_itself_back():
 
     graph = _imports()
     assert len(graph) > 60 and sum(map(len, graph.values())) > 150  # the whole library was read
-    assert "acesql_lib.jsonfiles" in graph["acesql_lib.schema"]
+    assert "acesql_lib.runtime.jsonfiles" in graph["acesql_lib.data.schema"]
     cycles = list(nx.simple_cycles(nx.DiGraph([(a, b) for a, deps in graph.items() for b in deps])))
     assert cycles == [], cycles
+
+
+# The packages from the bottom up: a module may import from its own package and from the packages below it.
+# The root package sits just above `runtime`: it holds the version and the lazy public names, and imports
+# the progress bars' setting only.
+LAYERS = ("runtime", "", "roles", "config", "executor", "data", "models", "authors", "train", "evaluation", "reports",
+          "pipeline")
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_the_packages_stand_in_layers_and_no_module_imports_upward():
+    graph = _imports()
+    packages = {_package(m) for m in graph}
+    assert packages == set(LAYERS), packages ^ set(LAYERS)  # every package has its floor
+    floor = {p: i for i, p in enumerate(LAYERS)}
+    upward = sorted((a, b) for a, deps in graph.items() for b in deps if floor[_package(b)] > floor[_package(a)])
+    assert upward == [], upward
+    assert ("acesql_lib.train.grpo", "acesql_lib.roles.pool") in {(a, b) for a, d in graph.items() for b in d}
+
+
+def test_each_package_says_what_it_owns():
+    from pathlib import Path
+
+    root = Path(acesql_lib.__file__).parent
+    for init in sorted(root.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 60, init

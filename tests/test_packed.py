@@ -1,12 +1,12 @@
-"""acesql_lib/packed.py: samples packed by prompt give the log-probabilities and gradients of one sample per row."""
+"""acesql_lib/train/packed.py: samples packed by prompt give the log-probabilities and gradients of one sample per row."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from acesql_lib.grpo import _pad_batch, completion_logprobs
-from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.packed import _attention_mask, pack_by_prompt, packed_logprobs
+from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
+from acesql_lib.train.packed import _attention_mask, pack_by_prompt, packed_logprobs
 
 PAD = 0
 

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from acesql_lib.pcgrad import combine_into_grads, pcgrad_combine, save_grads
+from acesql_lib.train.pcgrad import combine_into_grads, pcgrad_combine, save_grads
 from launching import rank_finished, rank_started
 
 T = torch.tensor
@@ -238,7 +238,7 @@ def test_per_tensor_figures_match_the_gradients_and_symmetric_pcgrad_opposes_nei
     combined gradient is negative, where the plain sum's is on some conflicting tensor."""
     import torch
 
-    from acesql_lib.pcgrad import pcgrad_combine
+    from acesql_lib.train.pcgrad import pcgrad_combine
 
     torch.manual_seed(3)
     r = [torch.randn(5, 4), torch.randn(7), torch.randn(3, 3)]

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from acesql_lib.pipeline import NotebookFailed, ProgressRelay, progress_line, run_pipeline, time_table
+from acesql_lib.pipeline.runner import NotebookFailed, ProgressRelay, progress_line, run_pipeline, time_table
 from pipeline_checks import stub_notebook
 
 WORK = """\
 import sys, time
-from acesql_lib.progress import tqdm  # text under the runner, a widget in JupyterLab
+from acesql_lib.runtime.progress import tqdm  # text under the runner, a widget in JupyterLab
 print("[stub] warming up")
 print("a plain print stays in the notebook")
 for _ in tqdm(range(4), desc="stub work", unit="step", mininterval=0, file=sys.stderr):

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from acesql_lib.config import load_config
-from acesql_lib.pipeline import run_pipeline
+from acesql_lib.config.settings import load_config
+from acesql_lib.pipeline.runner import run_pipeline
 from acesql_lib.reports import FIGURES, TABLES
 from pipeline_checks import NOTEBOOKS, assert_every_artefact
 
@@ -98,7 +98,7 @@ def test_tiny_pipeline_end_to_end(smoke):
 
 
 def test_the_run_writes_its_card_with_commit_settings_and_data_digests(smoke):
-    from acesql_lib.run_card import code_digest, git_state, settings_digest
+    from acesql_lib.pipeline.run_card import code_digest, git_state, settings_digest
 
     folder, _ = smoke
     card = json.loads((folder / "reports" / "run_card.json").read_text())
@@ -127,7 +127,7 @@ def test_stepping_through_notebook_04_in_a_live_kernel_rerun_cells_and_a_restart
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
-    from acesql_lib.pipeline import NOTEBOOK_DIR
+    from acesql_lib.pipeline.runner import NOTEBOOK_DIR
 
     folder, _ = smoke
     over = {**_overrides(folder), "grpo.max_steps": 4}  # its own variant: the pipeline's runs stay as they are

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from acesql_lib.config import REPO_ROOT, load_config
-from acesql_lib.preflight import (GIB, INFO, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
+from acesql_lib.config.settings import REPO_ROOT, load_config
+from acesql_lib.pipeline.preflight import (GIB, INFO, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
                                   memory_estimates, n_params, one_gpu_verdict, packed_rows_check, run_checks)
-from acesql_lib.memory import logits_bytes
+from acesql_lib.train.memory import logits_bytes
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 
@@ -30,7 +30,7 @@ def test_paper_profile_here_fails_naming_every_missing_piece(tmp_path):
     args = [f"data.{r}={tmp_path / r}" for r in ROOTS] + ["model.base_model=acesql-test/not-downloaded",
                                                          f"run_dir={tmp_path / 'run'}"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "acesql_lib.preflight", "--profile", "paper", *args],
+    proc = subprocess.run([sys.executable, "-m", "acesql_lib.pipeline.preflight", "--profile", "paper", *args],
                           capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
@@ -42,7 +42,7 @@ def test_paper_profile_here_fails_naming_every_missing_piece(tmp_path):
         assert MISSING in line and helper in line, line
     for bench in ("bird_dev_20240627", "spider", "spider_dk", "spider_syn", "spider_realistic", "synsql"):
         line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("checksums") and f" {bench} " in ln)
-        assert MISSING in line and f"acesql_lib.checksums --download --only {bench}" in line, line
+        assert MISSING in line and f"acesql_lib.data.checksums --download --only {bench}" in line, line
     assert "acesql-test/not-downloaded" in proc.stdout and "huggingface-cli download" in proc.stdout
     import torch
 
@@ -111,7 +111,7 @@ def test_memory_estimate_for_the_paper_model_on_a100s_and_on_a_small_card():
 
 
 def test_memory_counts_fp32_masters_pcgrad_the_reference_and_says_what_runs_on_one_gpu():
-    from acesql_lib.memory import CUDA_RUNTIME, NCCL_BUFFERS
+    from acesql_lib.train.memory import CUDA_RUNTIME, NCCL_BUFFERS
 
     cfg = load_config("paper")
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
@@ -138,7 +138,7 @@ def test_memory_counts_fp32_masters_pcgrad_the_reference_and_says_what_runs_on_o
     assert t1["end_of_backward"] - bf16["grpo_terms"]["end_of_backward"] == pytest.approx((20 - 10) * P)
     # LoRA (r = 64 on every linear layer, about 175M parameters): 20 B per adapter parameter, a bf16 base, and no
     # reference of its own (the base with the adapters off)
-    from acesql_lib.memory import lora_params
+    from acesql_lib.train.memory import lora_params
 
     assert lora_params(shape, 64) == 64 * 36 * (8192 + 2 * 5120 + 8192 + 2 * 16384 + 16384) == pytest.approx(174.6e6, rel=1e-3)
     lora = memory_estimates(load_config("paper", {"model.lora": True}), shape, processes=1)["grpo_terms"]
@@ -160,7 +160,7 @@ def test_grpo_must_leave_a_tenth_of_the_card_free_and_a_fail_names_what_to_chang
     fine-tune beside vLLM at 0.4 of the card does not fit 4 x 80 GB cards; on 4 H200 it does."""
     import dataclasses
 
-    from acesql_lib.preflight import CARDS, FAIL, HEADROOM, card_paths, grpo_room
+    from acesql_lib.pipeline.preflight import CARDS, FAIL, HEADROOM, card_paths, grpo_room
 
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
     cfg = load_config("paper")
@@ -191,7 +191,7 @@ def test_grpo_must_leave_a_tenth_of_the_card_free_and_a_fail_names_what_to_chang
 def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_named(tmp_path):
     import importlib.metadata as md
 
-    from acesql_lib.preflight import INFO, check_packages
+    from acesql_lib.pipeline.preflight import INFO, check_packages
 
     torch_v, numpy_v = md.version("torch").split("+")[0], md.version("numpy")
     lock = tmp_path / "fake.lock"
@@ -210,7 +210,7 @@ def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_na
     gpu = {r.item: r for r in check_packages(load_config("paper"), lock=lock)}
     assert gpu["deepspeed"].status == MISSING and gpu["vllm"].status == MISSING
     # the real pins: the profile picks the set its environment installs
-    from acesql_lib.preflight import pin_file
+    from acesql_lib.pipeline.preflight import pin_file
 
     assert pin_file(load_config("paper")).name == "requirements-gpu.lock"
     assert pin_file(load_config("rehearsal")).name == "requirements-dev.txt"
@@ -219,7 +219,7 @@ def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_na
 
 
 def test_cuda_rows_on_cpu_and_for_the_builds_a_gpu_box_can_have():
-    from acesql_lib.preflight import INFO, check_cuda, cuda_facts, cuda_rows
+    from acesql_lib.pipeline.preflight import INFO, check_cuda, cuda_facts, cuda_rows
 
     assert [r.status for r in check_cuda(load_config("rehearsal"))] == [INFO]  # this machine's CPU answer
     facts = cuda_facts()
@@ -243,7 +243,7 @@ def test_cuda_rows_on_cpu_and_for_the_builds_a_gpu_box_can_have():
 
 
 def test_vllm_cuda_build_from_its_version_label_or_the_cuda_runtime_its_extension_links(tmp_path):
-    from acesql_lib.preflight import vllm_build
+    from acesql_lib.pipeline.preflight import vllm_build
 
     so = tmp_path / "_C.abi3.so"
     so.write_bytes(b"\x7fELF" + b"\x00" * 64 + b"libtorch.so\x00libcudart.so.12\x00libc.so.6\x00")
@@ -276,9 +276,9 @@ def test_sft_reaches_the_papers_batch_of_64_on_one_gpu_by_accumulation_and_says_
     it WARNs. TRL's own config receives the derived accumulation (the launch: tests/test_launches.py)."""
     import dataclasses
 
-    from acesql_lib.config import ConfigError
-    from acesql_lib.preflight import FAIL, sft_batch
-    from acesql_lib.sft import trl_config
+    from acesql_lib.config.settings import ConfigError
+    from acesql_lib.pipeline.preflight import FAIL, sft_batch
+    from acesql_lib.train.sft import trl_config
 
     sft = load_config("paper").sft
     assert (sft.effective_batch_size, sft.per_device_batch_size, sft.gradient_accumulation_steps) == (64, 4, 0)
@@ -300,7 +300,7 @@ def test_an_engine_asleep_during_the_update_gives_the_update_its_share_and_the_r
     """`engine.sleep_during_update`: the update's room is the card less the headroom and what a sleeping engine
     keeps, so the paper's 4-GPU launch fits 80 GB cards; the rollouts, which hold the training state beside the
     awake engine, get a row of their own, and FAIL when the state does not fit beside the engine's share."""
-    from acesql_lib.preflight import CARDS, ENGINE_ASLEEP_BYTES, FAIL, HEADROOM, card_paths, grpo_room, rollout_need
+    from acesql_lib.pipeline.preflight import CARDS, ENGINE_ASLEEP_BYTES, FAIL, HEADROOM, card_paths, grpo_room, rollout_need
 
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
     awake, asleep = load_config("paper"), load_config("paper", {"engine.sleep_during_update": True})

@@ -1,12 +1,12 @@
-"""A launched command closes its process group before Python tears down (acesql_lib/process_group.py):
+"""A launched command closes its process group before Python tears down (acesql_lib/runtime/process_group.py):
 on return and on a coordinated SystemExit, not after another error; sft.main and grpo.main end inside it."""
 from __future__ import annotations
 
 import pytest
 import torch.distributed as dist
 
-from acesql_lib import grpo, sft
-from acesql_lib.process_group import closed_at_the_end
+from acesql_lib.train import grpo, sft
+from acesql_lib.runtime.process_group import closed_at_the_end
 
 
 @pytest.fixture

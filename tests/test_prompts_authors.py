@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config import load_config
-from acesql_lib.prompts import generator_messages, retriever_messages
-from acesql_lib.rollouts import generator_prompt, retriever_prompt
-from acesql_lib.schema import load_tables_json
+from acesql_lib.config.settings import load_config
+from acesql_lib.roles.prompts import generator_messages, retriever_messages
+from acesql_lib.train.rollouts import generator_prompt, retriever_prompt
+from acesql_lib.data.schema import load_tables_json
 from repo_paths import FIXTURES, ROOT
 from helpers_db import sqlite_db
 
@@ -39,9 +39,9 @@ def golden() -> dict:
 def test_tiny_profile_prompts_are_unchanged(golden):
     from transformers import AutoTokenizer
 
-    from acesql_lib.datasets import load_synsql
-    from acesql_lib.distill import make_tasks
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.data.datasets import load_synsql
+    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.data.tinyworld import build_tinyworld
 
     cfg = load_config("tiny")
     assert cfg.model.prompt_style == "tiny"
@@ -121,11 +121,11 @@ def _kit_tasks(raw_rows, cfg):
     """The kit's own path: the schema read from the database's tables.json entry (the row's `db_info`), its
     sampled values as the examples the SQLite reader gives, the profile's text style, and the values index
     answering with the question's relevant values."""
-    from acesql_lib.datasets import Example
-    from acesql_lib.prompts import question_text
-    from acesql_lib.rollouts import Task
-    from acesql_lib.schema import Schema
-    from acesql_lib.values_index import attach
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.roles.prompts import question_text
+    from acesql_lib.train.rollouts import Task
+    from acesql_lib.data.schema import Schema
+    from acesql_lib.data.values_index import attach
 
     tasks = []
     for r in raw_rows:
@@ -143,7 +143,7 @@ def _authors_tasks(cfg, tmp_path):
     """The `data.stage1_source: authors` path: the profile's reader of the released RL files."""
     import shutil
 
-    from acesql_lib.authors_release import release_tasks
+    from acesql_lib.authors.release import release_tasks
 
     for name in ("train.parquet", "validation.parquet"):
         shutil.copy(AUTHORS / "validation.parquet", tmp_path / name)
@@ -174,7 +174,7 @@ def _authors_chat(tokenizer, content: str) -> str:
 
 
 def test_profiles_choose_the_prompt_style():
-    from acesql_lib.config import ConfigError, ModelConfig
+    from acesql_lib.config.settings import ConfigError, ModelConfig
 
     assert (load_config("paper").model.prompt_style, load_config("rehearsal").model.prompt_style) == ("authors",) * 2
     assert load_config("tiny").model.prompt_style == "tiny" and ModelConfig().prompt_style == "authors"
@@ -211,7 +211,7 @@ def test_training_generator_prompts_are_the_authors_40_of_40(tasks, raw_rows, re
 
 
 def test_evaluation_prompts_are_the_authors_40_of_40(tasks, raw_rows, reference, paper, tokenizer):
-    from acesql_lib.prompts import AUTHORS_EVAL, evaluation_style
+    from acesql_lib.roles.prompts import AUTHORS_EVAL, evaluation_style
 
     style = evaluation_style(paper.model.prompt_style)
     assert style == AUTHORS_EVAL and evaluation_style("tiny") == "tiny" and evaluation_style("paper") == "paper"
@@ -231,7 +231,7 @@ def test_evaluation_prompts_are_the_authors_40_of_40(tasks, raw_rows, reference,
 def test_training_and_evaluation_templates_differ_as_theirs(paper):
     """Their evaluation templates drop the line asking for a <think> block and end in a newline; the evaluation
     question keeps its spaces (EVAL/prepare_eval_data.py does not strip it), training strips it."""
-    from acesql_lib.prompts import AUTHORS_EVAL
+    from acesql_lib.roles.prompts import AUTHORS_EVAL
 
     ask = "- Include a <think>...</think> reasoning block"
     for build in (retriever_messages, generator_messages):
@@ -253,7 +253,7 @@ def test_training_and_evaluation_templates_differ_as_theirs(paper):
 def test_the_chat_template_is_applied_as_theirs(tokenizer, paper):
     """No system turn, the generation prompt, thinking on (Qwen3: enable_thinking=True is its default, so the
     kit's explicit flag renders what the authors' call without it renders)."""
-    from acesql_lib.rollouts import render
+    from acesql_lib.train.rollouts import render
 
     msgs = retriever_messages("S", "q", style="authors")
     ours = render(tokenizer, msgs, paper.engine.enable_thinking)
@@ -280,7 +280,7 @@ class _Recording:
         self.prompts: list[str] = []
 
     def generate(self, prompts, n=1, **kw):
-        from acesql_lib.engines import Completion
+        from acesql_lib.models.engines import Completion
 
         self.prompts += prompts
         out = []
@@ -298,11 +298,11 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     """Through the kit's code paths: `evaluate` prompts with the authors' evaluation templates (question as
     read), a training rollout (self-distillation, GRPO, its validation) with their training templates."""
 
-    from acesql_lib.datasets import Example
-    from acesql_lib.evaluate import evaluate
-    from acesql_lib.prompts import AUTHORS_EVAL
-    from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
-    from acesql_lib.schema import Schema
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.evaluation.evaluate import evaluate
+    from acesql_lib.roles.prompts import AUTHORS_EVAL
+    from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
+    from acesql_lib.data.schema import Schema
 
     db = sqlite_db(tmp_path / "db" / "club" / "club.sqlite",
                    "CREATE TABLE t (a TEXT, b INTEGER); INSERT INTO t VALUES ('x', 1), ('y', 2), ('Site B', 3);")
@@ -333,7 +333,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
         "bird_dev": True, "spider_dev": False, "spider_test": False, "spider_dk": True, "spider_syn": True,
         "spider_realistic": True}
     assert [s.relevant_values for s in load_config("rehearsal").eval.sets] == [s.relevant_values for s in cfg.eval.sets]
-    from acesql_lib.config import EvalConfig
+    from acesql_lib.config.settings import EvalConfig
 
     assert [s.relevant_values for s in EvalConfig().sets] == [s.relevant_values for s in cfg.eval.sets]
     engine.prompts = []

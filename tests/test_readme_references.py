@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from acesql_lib.config import Config
+from acesql_lib.config.settings import Config
 from repo_paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib import reports, run_card
-from acesql_lib.config import load_config
+from acesql_lib import reports
+from acesql_lib.pipeline import run_card
+from acesql_lib.config.settings import load_config
 from helpers_reports import write_inputs  # the reports fixture, written by evaluate's own functions
 from repo_paths import ROOT
 

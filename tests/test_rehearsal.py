@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acesql_lib import config as config_mod
-from acesql_lib.config import ConfigError, load_config
-from acesql_lib.datasets import (DatasetError, OfflineError, eval_examples, download_spider_dk, download_spider_realistic,
+from acesql_lib.config import settings as config_mod
+from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.data.datasets import (DatasetError, OfflineError, eval_examples, download_spider_dk, download_spider_realistic,
                                  download_spider_syn, load_bird, load_spider, load_spider_dk, load_spider_realistic,
                                  load_spider_syn, load_spider_test, load_synsql, load_tables)
-from acesql_lib.layouts import MARKER, LayoutError, LayoutRoots, synonym_rewrite, write_layouts
-from acesql_lib.tinyworld import build_tinyworld
+from acesql_lib.data.layouts import MARKER, LayoutError, LayoutRoots, synonym_rewrite, write_layouts
+from acesql_lib.data.tinyworld import build_tinyworld
 
 from repo_paths import REAL
 
 DK = REAL / "spider_dk"
 
 # What the rehearsal may change: the model, the device/dtype, sizes, the data roots. Anything else must equal
-# paper.yaml, the accelerate launch files included (acesql_lib/launch.py rehearses them on CPU).
+# paper.yaml, the accelerate launch files included (acesql_lib/train/launch.py rehearses them on CPU).
 ALLOWED = [
     "profile",
     "model.base_model", "model.build_tiny", "model.dtype", "model.device", "model.tiny.*",
@@ -296,11 +296,11 @@ def test_tiny_base_trains_on_the_prompts_distillation_shows(tmp_path):
     """The rehearsal's base learns the paper profile's schema text (authors' style, question-relevant
     values first), byte for byte the retriever and generator prompts of distillation; trained on the
     kit's DDL text instead, it got no rollout right."""
-    from acesql_lib.datasets import load_synsql
-    from acesql_lib.distill import make_tasks
-    from acesql_lib.paths import Paths
-    from acesql_lib.prompts import generator_messages, retriever_messages
-    from acesql_lib.tinybase import gold_samples, profile_schemas
+    from acesql_lib.data.datasets import load_synsql
+    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.config.paths import Paths
+    from acesql_lib.roles.prompts import generator_messages, retriever_messages
+    from acesql_lib.pipeline.tinybase import gold_samples, profile_schemas
 
     cfg = load_config("rehearsal", {"run_dir": str(tmp_path / "run")})
     world = build_tinyworld(tmp_path / "world", seed=cfg.data.seed, n_train=12, n_dev=4)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from acesql_lib.datasets import load_spider_dk, load_tables, schemas_for
+from acesql_lib.data.datasets import load_spider_dk, load_tables, schemas_for
 from acesql_lib.executor import execute, score_batch
 
 from repo_paths import REAL

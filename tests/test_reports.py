@@ -12,7 +12,7 @@ from PIL import Image
 from scipy import stats as sps
 
 from acesql_lib import reports
-from acesql_lib.config import Config, load_config
+from acesql_lib.config.settings import Config, load_config
 from helpers_reports import (BASE_EX, CORRECT, N_DEV, RL_EX, SFT_EX, grpo_step_record, question_tokens,
                              write_eval, write_inputs)
 
@@ -364,12 +364,13 @@ def test_stage_figures_live_in_reports_and_draw_what_the_stages_write(tmp_path):
     function, may carry no route share (None: no correct set resolved) and still gets its figure."""
     import sqlite3
 
-    from acesql_lib import distill, filtering
-    from acesql_lib.config import load_config
-    from acesql_lib.datasets import Example
-    from acesql_lib.distill import build_products
-    from acesql_lib.rollouts import Task
-    from acesql_lib.schema import Schema
+    from acesql_lib.train import distill
+    from acesql_lib.data import filtering
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.train.distill import build_products
+    from acesql_lib.train.rollouts import Task
+    from acesql_lib.data.schema import Schema
 
     assert not hasattr(distill, "plot_distillation") and not hasattr(filtering, "plot_distributions")
     db = tmp_path / "t.sqlite"

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib import tinybase
-from acesql_lib.config import load_config
-from acesql_lib.reuse_keys import code_hash, imported_modules, settings_hash, source_digest
-from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.evaluate import evaluate
-from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.tinyworld import TinyWorld
+import acesql_lib
+from acesql_lib.pipeline import tinybase
+from acesql_lib.config.settings import load_config
+from acesql_lib.runtime.reuse_keys import code_hash, imported_modules, settings_hash, source_digest
+from acesql_lib.data.datasets import load_bird, schemas_for
+from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
+from acesql_lib.data.tinyworld import TinyWorld
 from helpers_db import sqlite_db
 
 SOURCE = '''"""Module doc."""
@@ -39,14 +40,14 @@ def test_source_digest_follows_code_not_comments_or_docstrings(tmp_path):
 
 
 def test_code_hash_covers_what_the_entry_modules_import():
-    assert "sft" in imported_modules("tinybase")  # tinybase trains the base with sft.train_sft
-    assert code_hash("tinybase", "sft") == code_hash("tinybase")  # naming an imported module again adds nothing
-    assert code_hash("sft") != code_hash("tinybase")
-    assert code_hash("tinybase", leave_out=["sft"]) != code_hash("tinybase")
+    assert "train.sft" in imported_modules("pipeline.tinybase")  # tinybase trains the base with sft.train_sft
+    assert code_hash("pipeline.tinybase", "train.sft") == code_hash("pipeline.tinybase")  # naming an imported module again adds nothing
+    assert code_hash("train.sft") != code_hash("pipeline.tinybase")
+    assert code_hash("pipeline.tinybase", leave_out=["train.sft"]) != code_hash("pipeline.tinybase")
     with pytest.raises(FileNotFoundError, match="no_such_module"):
         code_hash("no_such_module")
     with pytest.raises(FileNotFoundError, match="no_such_module"):
-        code_hash("tinybase", leave_out=["no_such_module"])
+        code_hash("pipeline.tinybase", leave_out=["no_such_module"])
 
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -81,20 +82,20 @@ def test_imported_modules_follow_every_kind_of_import_statement(tmp_path):
 
 def _copy_of_the_package(tmp_path: Path) -> Path:
     copy = tmp_path / "acesql_lib"
-    shutil.copytree(Path(tinybase.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(acesql_lib.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     return copy
 
 
 def test_an_edit_to_routes_changes_the_start_validation_key(tmp_path):
     """The validation before step 1 is read back when its key matches; `rollouts` scores every sample with
     `routes.is_match`, so a code edit there must change the key and a comment must not."""
-    from acesql_lib.grpo import START_VALIDATION_CODE
+    from acesql_lib.train.grpo import START_VALIDATION_CODE
 
-    assert {"routes", "rollouts", "pool", "executor.sandbox"} <= set(imported_modules(*START_VALIDATION_CODE))
+    assert {"data.routes", "train.rollouts", "roles.pool", "executor.sandbox"} <= set(imported_modules(*START_VALIDATION_CODE))
     copy = _copy_of_the_package(tmp_path)
     key = code_hash(*START_VALIDATION_CODE, root=copy)
     assert key == code_hash(*START_VALIDATION_CODE)  # the copy is the package
-    routes = copy / "routes.py"
+    routes = copy / "data" / "routes.py"
     routes.write_text(routes.read_text() + "\n# a comment\n")
     assert code_hash(*START_VALIDATION_CODE, root=copy) == key
     routes.write_text(routes.read_text() + "ROUTE_LIMIT = 3\n")
@@ -102,14 +103,14 @@ def test_an_edit_to_routes_changes_the_start_validation_key(tmp_path):
 
 
 def test_an_evaluations_key_follows_the_modules_it_runs(tmp_path):
-    from acesql_lib.evaluate import EVAL_CODE
+    from acesql_lib.evaluation.evaluate import EVAL_CODE
 
     modules = imported_modules(*EVAL_CODE)
-    assert {"evaluate", "rollouts", "routes", "evalparse", "engines", "prompts", "executor.compare"} <= set(modules)
-    assert not {"grpo", "reports"} & set(modules)  # training and the reports shape no prediction
+    assert {"evaluation.evaluate", "train.rollouts", "data.routes", "roles.parsers", "models.engines", "roles.prompts", "executor.compare"} <= set(modules)
+    assert not {"train.grpo", "reports"} & set(modules)  # training and the reports shape no prediction
     copy = _copy_of_the_package(tmp_path)
     key = code_hash(*EVAL_CODE, root=copy)
-    (copy / "evalparse.py").write_text((copy / "evalparse.py").read_text() + "\nPARSED = 1\n")
+    (copy / "roles" / "parsers.py").write_text((copy / "roles" / "parsers.py").read_text() + "\nPARSED = 1\n")
     assert code_hash(*EVAL_CODE, root=copy) != key
 
 
@@ -134,10 +135,10 @@ def test_base_model_key_holds_the_building_code(tmp_path, monkeypatch):
 def test_the_base_models_key_holds_what_the_build_imports_and_not_what_only_loads_or_reads_it():
     modules = set(tinybase.build_modules(load_config("rehearsal")))
     # the rehearsal's prompts show the authors' schema text with question-relevant values
-    assert {"tinybase", "sft", "models", "prompts", "schema", "authors_schema", "values_index", "datasets",
-            "tinyworld.world", "tinyworld.questions"} <= modules
-    assert not {"config", "evaluate", "shipped_base", "reuse_keys", "filtering"} & modules
-    assert "filtering" in tinybase.build_modules(load_config("tiny", {"model.tiny.holdout_stage1": True}))
+    assert {"pipeline.tinybase", "train.sft", "models.loading", "roles.prompts", "data.schema", "data.authors_schema", "data.values_index", "data.datasets",
+            "data.tinyworld.world", "data.tinyworld.questions"} <= modules
+    assert not {"config.settings", "evaluation.evaluate", "pipeline.shipped_base", "runtime.reuse_keys", "data.filtering"} & modules
+    assert "data.filtering" in tinybase.build_modules(load_config("tiny", {"model.tiny.holdout_stage1": True}))
 
 
 def test_tokenizer_training_is_deterministic():
@@ -169,29 +170,30 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
 
 
 def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
-    """`executor` and `tinyworld` are packages: named as an entry, every file of theirs counts, so an edit
+    """`executor` and `data.tinyworld` are packages: named as an entry, every file of theirs counts, so an edit
     to one of their modules changes the key, whether their `__init__` imports it or not."""
-    import acesql_lib.reuse_keys as reuse_keys
+    import acesql_lib.runtime.reuse_keys as reuse_keys
 
-    assert len(code_hash("executor", "tinyworld", "reports")) == 16  # the real packages
+    assert len(code_hash("executor", "data.tinyworld", "reports")) == 16  # the real packages
     pkg = tmp_path / "acesql_lib"
     (pkg / "executor").mkdir(parents=True)
-    (pkg / "reuse_keys.py").write_text("")
+    (pkg / "runtime").mkdir()
+    (pkg / "runtime" / "reuse_keys.py").write_text("")
     (pkg / "executor" / "__init__.py").write_text("")
     (pkg / "executor" / "sandbox.py").write_text("LIMIT = 1\n")
     (pkg / "executor" / "batch.py").write_text("def f():\n    return 1\n")
-    monkeypatch.setattr(reuse_keys, "__file__", str(pkg / "reuse_keys.py"))
+    monkeypatch.setattr(reuse_keys, "__file__", str(pkg / "runtime" / "reuse_keys.py"))
     before = reuse_keys.code_hash("executor")
     (pkg / "executor" / "sandbox.py").write_text("LIMIT = 2\n")
     assert reuse_keys.code_hash("executor") != before
 
 
 def test_engine_workers_is_in_no_reuse_key_and_every_other_engine_setting_is(tmp_path):
-    """How many processes share the work changes no number (acesql_lib/workers.py), so a GRPO run and an
+    """How many processes share the work changes no number (acesql_lib/runtime/workers.py), so a GRPO run and an
     evaluation keep their keys when `engine.workers` changes; any other engine setting still changes them."""
-    from acesql_lib.evaluate import eval_key
-    from acesql_lib.grpo import run_settings
-    from acesql_lib.paths import Paths
+    from acesql_lib.evaluation.evaluate import eval_key
+    from acesql_lib.train.grpo import run_settings
+    from acesql_lib.config.paths import Paths
 
     def keys(**overrides):
         cfg = load_config("tiny", {"run_dir": str(tmp_path / "run"), **overrides})

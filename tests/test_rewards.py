@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from acesql_lib.config import GRPOConfig
-from acesql_lib.prompts import generator_target, parse_generator, parse_retriever, retriever_target
-from acesql_lib.rewards import (
+from acesql_lib.config.settings import GRPOConfig
+from acesql_lib.roles.prompts import generator_target, parse_generator, parse_retriever, retriever_target
+from acesql_lib.roles.rewards import (
     LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward, group_advantages, length_penalty,
     make_generator_reward_fn, make_retriever_reward_fn, retriever_reward,
 )
-from acesql_lib.schema import load_tables_json
+from acesql_lib.data.schema import load_tables_json
 from repo_paths import REAL
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from acesql_lib.config import REPO_ROOT as REPO, load_config
-from acesql_lib.models import load_tokenizer
-from acesql_lib.datasets import Example
-from acesql_lib.engines import Completion, Engine
-from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, rollout
-from acesql_lib.schema import Schema
+from acesql_lib.config.settings import REPO_ROOT as REPO, load_config
+from acesql_lib.models.loading import load_tokenizer
+from acesql_lib.data.datasets import Example
+from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
+from acesql_lib.data.schema import Schema
 from helpers_db import sqlite_db
 
 GOLD = "SELECT count(*) FROM t"
@@ -80,7 +80,7 @@ def test_evaluation_judges_by_its_own_spec_built_from_eval_settings(profile, tas
     """The fourth stage: evaluation's spec carries `eval.*`'s parsers, runs the SQL as written and scores by the
     set's rule; its parsers are evalparse's (the authors' EVAL extraction keeps the last SQL block of the late
     think answer, which the training parsers under the authors' think rule also read)."""
-    from acesql_lib.evalparse import parse_generator_eval, parse_retriever_eval
+    from acesql_lib.roles.parsers import parse_generator_eval, parse_retriever_eval
 
     cfg = load_config(profile, {"eval.generator_parser": "kit"} if profile == "tiny" else {})
     spec = RolloutSpec.evaluation(cfg, "set", 7.0, "authors")

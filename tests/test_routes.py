@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from acesql_lib.executor import score_batch
-from acesql_lib.routes import is_alternative_route, route_record, route_share, route_table
-from acesql_lib.schema import Schema
-from acesql_lib.sqlcolumns import column_set
+from acesql_lib.data.routes import is_alternative_route, route_record, route_share, route_table
+from acesql_lib.data.schema import Schema
+from acesql_lib.data.sqlcolumns import column_set
 
 # Two questions, each answerable along two routes: the orders table repeats the customer's name.
 QUESTIONS = [
@@ -110,7 +110,7 @@ def test_route_table_groups_by_stage_and_dataset():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.data.tinyworld import build_tinyworld
 
     return build_tinyworld(tmp_path_factory.mktemp("tinyworld") / "world", seed=0, n_train=200, n_dev=60)
 
@@ -165,7 +165,7 @@ def test_tinyworld_alternatives_are_correct_routes(tiny):
 
 
 def test_match_rule_needs_a_sql_whatever_the_executor_says():
-    from acesql_lib.routes import is_match
+    from acesql_lib.data.routes import is_match
 
     assert is_match(True, "SELECT 1") is True
     assert is_match(True, "") is False and is_match(True, None) is False  # unparseable output never matches
@@ -173,7 +173,7 @@ def test_match_rule_needs_a_sql_whatever_the_executor_says():
 
 
 def test_alternative_route_of_one_prediction_ignores_case_and_needs_both_sets():
-    from acesql_lib.routes import alternative_route
+    from acesql_lib.data.routes import alternative_route
 
     assert alternative_route(True, ["T.A", "t.b"], ["t.a", "t.b"]) is False  # evaluate once compared case-sensitively
     assert alternative_route(True, ["t.a", "t.c"], ["t.a", "t.b"]) is True
@@ -184,10 +184,10 @@ def test_alternative_route_of_one_prediction_ignores_case_and_needs_both_sets():
 
 def _rollouts_on(shop, rows):
     """QuestionRollouts on the shop database, executed for real; rows = [(gold, [generator SQL, ...])]."""
-    from acesql_lib.datasets import Example
-    from acesql_lib.engines import Completion
-    from acesql_lib.prompts import GeneratorParse
-    from acesql_lib.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.models.engines import Completion
+    from acesql_lib.roles.prompts import GeneratorParse
+    from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
 
     db, schema = shop
     rolls = []
@@ -204,8 +204,8 @@ def _rollouts_on(shop, rows):
 def test_grpo_rollout_metrics_use_the_routes_definition(shop):
     """GRPO's route/alt_share is `route_share` over the rollouts: NaN (not 0.0) when no correct set
     resolves, and the same number as the per-record definition when some do."""
-    from acesql_lib.grpo import _rollout_metrics
-    from acesql_lib.routes import rollout_route_records
+    from acesql_lib.train.grpo import _rollout_metrics
+    from acesql_lib.data.routes import rollout_route_records
 
     q0, q1 = QUESTIONS
     rolls = _rollouts_on(shop, [(q0["gold"], [q0["same_route"], q0["alternative"], q0["wrong"], ""]),
@@ -221,12 +221,12 @@ def test_grpo_rollout_metrics_use_the_routes_definition(shop):
 def test_distillation_summary_uses_the_routes_definition(shop):
     """Distillation counted every correct set as alternative when the gold did not resolve, and
     compared sets case-sensitively; now its share is `route_share` of the same records."""
-    from acesql_lib.config import load_config
-    from acesql_lib.distill import build_products
-    from acesql_lib.rollouts import Task
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.train.distill import build_products
+    from acesql_lib.train.rollouts import Task
 
     db, schema = shop
-    from acesql_lib.datasets import Example
+    from acesql_lib.data.datasets import Example
 
     q0 = QUESTIONS[0]
     tasks = [Task(Example(f"q{i}", "shop", "q", "", q0["gold"], "", "", "bird", str(db)), schema) for i in range(2)]

@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from acesql_lib import run_card
-from acesql_lib.config import load_config
-from acesql_lib.pipeline import run_pipeline
+from acesql_lib.pipeline import run_card
+from acesql_lib.config.settings import load_config
+from acesql_lib.pipeline.runner import run_pipeline
 from acesql_lib.reports.tables import Table, run_card_note
 from pipeline_checks import stub_notebook
 from repo_paths import ROOT
@@ -77,7 +77,7 @@ def test_a_dirty_tree_is_flagged_and_a_folder_outside_git_says_unknown(tmp_path)
     with (repo / "acesql_lib" / "run_card.py").open("a") as f:
         f.write("# edited\n")
     dirty = run_card.git_state(repo)
-    assert dirty["dirty"] is True and dirty["changed"] == ["acesql_lib/run_card.py"]
+    assert dirty["dirty"] is True and dirty["changed"] == ["acesql_lib/pipeline/run_card.py"]
     assert dirty["commit"] == clean["commit"] and run_card.code_digest(repo)["digest"] != before
     plain = tmp_path / "plain"
     plain.mkdir()

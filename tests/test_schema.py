@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.schema import Column, ForeignKey, Schema, Table, load_tables_json, quote_identifier
+from acesql_lib.data.schema import Column, ForeignKey, Schema, Table, load_tables_json, quote_identifier
 from repo_paths import REAL
 
 

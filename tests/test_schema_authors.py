@@ -11,8 +11,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib.authors_schema import authors_identifier, merge_values
-from acesql_lib.schema import Column, ForeignKey, Schema, Table
+from acesql_lib.data.authors_schema import authors_identifier, merge_values
+from acesql_lib.data.schema import Column, ForeignKey, Schema, Table
 from repo_paths import FIXTURES
 
 ROWS = FIXTURES / "authors" / "validation.parquet"
@@ -190,7 +190,7 @@ def test_authors_text_from_a_live_sqlite_file(tmp_path):
 
 
 def test_profiles_choose_the_schema_style():
-    from acesql_lib.config import ConfigError, DataConfig, load_config
+    from acesql_lib.config.settings import ConfigError, DataConfig, load_config
 
     paper, tiny = load_config("paper").data, load_config("tiny").data
     assert (paper.schema_style, paper.relevant_values, paper.max_example_values) == ("authors", True, 6)

@@ -10,8 +10,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from acesql_lib.models import IM_END, LoraSpec, train_tiny_tokenizer
-from acesql_lib.sft import LOG_NAME, _train, check_samples, train_sft
+from acesql_lib.models.loading import IM_END, LoraSpec, train_tiny_tokenizer
+from acesql_lib.train.sft import LOG_NAME, _train, check_samples, train_sft
 from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
 
@@ -95,11 +95,11 @@ def test_malformed_samples_are_reported_and_skipped(capsys):
 def test_tiny_gold_samples_cover_both_roles(tmp_path):
     import sqlite3
 
-    from acesql_lib.config import load_config
-    from acesql_lib.datasets import Example
-    from acesql_lib.schema import Schema
-    from acesql_lib.tinybase import base_settings, gold_samples, settings_hash, tiny_think
-    from acesql_lib.tinyworld import TinyWorld
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.data.schema import Schema
+    from acesql_lib.pipeline.tinybase import base_settings, gold_samples, settings_hash, tiny_think
+    from acesql_lib.data.tinyworld import TinyWorld
 
     db = tmp_path / "club.sqlite"
     conn = sqlite3.connect(db)
@@ -132,7 +132,7 @@ def test_tiny_gold_samples_cover_both_roles(tmp_path):
     assert settings_hash(base_settings(a, world)) == settings_hash(base_settings(c, world))
     # the base build's speed settings are its own: the paper profile's stage-1 GPU settings (one padded
     # pass, full LM head) do not reach it, the model.tiny_base_* ones do
-    from acesql_lib.tinybase import base_sft_config
+    from acesql_lib.pipeline.tinybase import base_sft_config
 
     paper = load_config("paper")
     assert (paper.sft.length_split, paper.sft.completion_head) == (1, False)
@@ -145,10 +145,10 @@ def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
     """`model.tiny.think_extra`: each target's think sentence goes on with 0..k filler sentences,
     drawn per sample, so the outputs the base (and the SFT traces distilled from it) write vary in
     length; prompts, answers and the value swaps are those of k = 0, and k is in the reuse key."""
-    from acesql_lib.config import ConfigError, load_config
-    from acesql_lib.datasets import load_synsql, schemas_for
-    from acesql_lib.tinybase import THINK_FILLER, base_settings, gold_samples, tiny_think
-    from acesql_lib.tinyworld import TinyWorld, build_tinyworld
+    from acesql_lib.config.settings import ConfigError, load_config
+    from acesql_lib.data.datasets import load_synsql, schemas_for
+    from acesql_lib.pipeline.tinybase import THINK_FILLER, base_settings, gold_samples, tiny_think
+    from acesql_lib.data.tinyworld import TinyWorld, build_tinyworld
 
     assert tiny_think(["a.x"], "retriever", 2) == "Columns of a. " + " ".join(THINK_FILLER[:2])
     with pytest.raises(ValueError, match="filler"):
@@ -178,7 +178,7 @@ def test_value_swap_makes_up_the_same_value_in_question_evidence_and_sql():
     import random
     import re
 
-    from acesql_lib.tinybase import swap_values
+    from acesql_lib.pipeline.tinybase import swap_values
 
     question = "How many members whose city is Oslo and whose team is Blue Owls, with a high age?"
     evidence = "Oslo refers to city = 'Oslo'; high age refers to age > 30"
@@ -203,7 +203,7 @@ def test_value_swap_draws_the_same_stand_ins_whatever_the_process_hash_seed():
     import subprocess
     import sys
 
-    code = ("import random; from acesql_lib.tinybase import swap_values; print(swap_values("
+    code = ("import random; from acesql_lib.pipeline.tinybase import swap_values; print(swap_values("
             "'Teams Oslo and Bergen and Narvik and Tromso', '', \"SELECT * FROM t WHERE a = 'Oslo' OR a = 'Bergen' "
             "OR a = 'Narvik' OR a = 'Tromso' OR n > 12 OR n < 34\", random.Random(3)))")
     outs = {subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": str(seed)},
@@ -212,10 +212,10 @@ def test_value_swap_draws_the_same_stand_ins_whatever_the_process_hash_seed():
 
 
 def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_path):
-    from acesql_lib.config import load_config
-    from acesql_lib.datasets import load_synsql, schemas_for
-    from acesql_lib.tinybase import _sample_text, base_tokenizer, gold_samples
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.data.datasets import load_synsql, schemas_for
+    from acesql_lib.pipeline.tinybase import _sample_text, base_tokenizer, gold_samples
+    from acesql_lib.data.tinyworld import build_tinyworld
 
     world = build_tinyworld(tmp_path / "world", n_train=300, n_dev=60)
     pool = list(load_synsql(world.train_json, world.train_db_root))
@@ -239,7 +239,7 @@ def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_pa
 def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padded_batch(tokenizer, tmp_path):
     """One batch of mixed lengths: the old single padded pass with TRL's fused head, against the
     batch cut into length-sorted passes and the head applied to completion positions only."""
-    from acesql_lib.sft import check_samples, make_trainer, padding_share
+    from acesql_lib.train.sft import check_samples, make_trainer, padding_share
 
     mixed = [{"prompt": [{"role": "user", "content": s["prompt"][0]["content"] + " Tables used: singer." * (3 * i)}],
               "completion": s["completion"]} for i, s in enumerate(SAMPLES)]
@@ -272,10 +272,10 @@ def test_compiled_base_build_trains_the_same_model_with_plain_weight_names(tmp_p
     are those of the eager model (no `_orig_mod` names), so every later stage loads them as usual."""
     from safetensors.torch import load_file
 
-    from acesql_lib.context import RunContext
-    from acesql_lib.shipped_base import MANIFEST
-    from acesql_lib.tinybase import build_tiny_base
-    from acesql_lib.tinyworld import build_tinyworld
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.pipeline.shipped_base import MANIFEST
+    from acesql_lib.pipeline.tinybase import build_tiny_base
+    from acesql_lib.data.tinyworld import build_tinyworld
 
     def build(compiled: bool):
         ctx = RunContext.create("tiny", {"run_dir": str(tmp_path / f"run{int(compiled)}"),
@@ -303,12 +303,12 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     """`model.tiny.holdout_stage1`: the base trains on the gold of every training question except
     the ones filtering hands to stage 1 (so distillation and RL meet questions new to the base, as the
     paper's do); the hold-out and the filtering settings are in the base model's reuse key."""
-    from acesql_lib.context import RunContext
-    from acesql_lib.datasets import schemas_for, training_pool
-    from acesql_lib.filtering import filter_pool
-    from acesql_lib.reuse_keys import code_hash
-    from acesql_lib.tinybase import BUILD_ENTRY, BUILD_LEAVES_OUT, base_settings, base_training_data, build_modules
-    from acesql_lib.tinyworld import build_profile_world
+    from acesql_lib.config.context import RunContext
+    from acesql_lib.data.datasets import schemas_for, training_pool
+    from acesql_lib.data.filtering import filter_pool
+    from acesql_lib.runtime.reuse_keys import code_hash
+    from acesql_lib.pipeline.tinybase import BUILD_ENTRY, BUILD_LEAVES_OUT, base_settings, base_training_data, build_modules
+    from acesql_lib.data.tinyworld import build_profile_world
 
     def ctx(**over):
         return RunContext.create("tiny", {"run_dir": str(tmp_path / "run"), "data.tinyworld_dir": str(tmp_path / "w"),
@@ -334,18 +334,18 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     # filtering's code keys the base only when it chooses the questions left out
     assert "filtering" in build_modules(on.cfg) and "filtering" not in build_modules(off.cfg)
     assert key_on["code"] == code_hash(*BUILD_ENTRY, leave_out=BUILD_LEAVES_OUT)
-    assert key_off["code"] == code_hash(*BUILD_ENTRY, leave_out=(*BUILD_LEAVES_OUT, "filtering"))
+    assert key_off["code"] == code_hash(*BUILD_ENTRY, leave_out=(*BUILD_LEAVES_OUT, "data.filtering"))
     assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,
                          world)["filtering"] != key_on["filtering"]
 
 
 def _sft_command(tmp_path, tokenizer) -> tuple[list[str], "Path"]:
-    """`python -m acesql_lib.sft` (the launched entry point, one process) on a saved tiny model, 8 steps, a
+    """`python -m acesql_lib.train.sft` (the launched entry point, one process) on a saved tiny model, 8 steps, a
     checkpoint every 2."""
     import sys
     from pathlib import Path
 
-    from acesql_lib.models import save_tiny
+    from acesql_lib.models.loading import save_tiny
 
     model_dir = save_tiny(tiny_model(tokenizer), tokenizer, tmp_path / "base")
     samples = tmp_path / "samples.jsonl"
@@ -354,7 +354,7 @@ def _sft_command(tmp_path, tokenizer) -> tuple[list[str], "Path"]:
     config.write_text("inherits: tiny\nsft:\n  save_steps: 2\n  logging_steps: 1\n  max_length: 256\n"
                       "  per_device_batch_size: 4\n  gradient_accumulation_steps: 1\n  learning_rate: 0.01\n"
                       "  warmup_ratio: 0.0\n  report_to: none\nmodel:\n  lora: false\n")
-    return [sys.executable, "-m", "acesql_lib.sft", "--config", str(config), "--samples", str(samples),
+    return [sys.executable, "-m", "acesql_lib.train.sft", "--config", str(config), "--samples", str(samples),
             "--model", str(model_dir), "--max-steps", "8", "--output"], Path(tmp_path)
 
 
@@ -396,7 +396,7 @@ def test_a_killed_sft_run_rerun_resumes_from_its_last_checkpoint_and_equals_the_
 
 
 def test_checkpoints_of_a_run_with_other_settings_are_moved_aside_not_resumed(tmp_path):
-    from acesql_lib.sft import resumable_checkpoint
+    from acesql_lib.train.sft import resumable_checkpoint
 
     (tmp_path / "checkpoint-4").mkdir()
     assert resumable_checkpoint(tmp_path, {"lr": 1}) is None  # no record of what wrote it: not resumed

@@ -8,12 +8,12 @@ import sqlite3
 
 import pytest
 
-from acesql_lib.config import ConfigError, load_config
-from acesql_lib.datasets import Example
-from acesql_lib.engines import Completion
-from acesql_lib.prompts import GeneratorParse
-from acesql_lib.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts, normalise_sql
-from acesql_lib.schema import Schema
+from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.data.datasets import Example
+from acesql_lib.models.engines import Completion
+from acesql_lib.roles.prompts import GeneratorParse
+from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts, normalise_sql
+from acesql_lib.data.schema import Schema
 
 
 def authors_rule(sql: str) -> str:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from acesql_lib.schema import Column, Schema, Table, load_tables_json
-from acesql_lib.sqlcolumns import ColumnResolutionError, anchor_columns, column_set, cover_bare_tables
+from acesql_lib.data.schema import Column, Schema, Table, load_tables_json
+from acesql_lib.data.sqlcolumns import ColumnResolutionError, anchor_columns, column_set, cover_bare_tables
 from repo_paths import REAL
 
 SPIDER_DEV = json.loads((REAL / "spider_dev.json").read_text(encoding="utf-8"))

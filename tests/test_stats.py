@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from acesql_lib import stats as S
+from acesql_lib.evaluation import stats as S
 
 Z95 = 1.959963984540054
 

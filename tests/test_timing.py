@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from acesql_lib import timing
-from acesql_lib.timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
+from acesql_lib.runtime import timing
+from acesql_lib.runtime.timing import PHASES_LOG, append_phases, as_metrics, phase, since, totals
 from repo_paths import ROOT
 
 
 class FakeClock:
-    """Stands in for the `time` module acesql_lib.timing reads (perf_counter for the phases, time for the
+    """Stands in for the `time` module acesql_lib.runtime.timing reads (perf_counter for the phases, time for the
     log's timestamp): it moves only when the test advances it, so the seconds are exact under any load."""
 
     def __init__(self, now: float = 1000.0, wall: float = 1.7e9):

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import acesql_lib.tinybase as tinybase
-from acesql_lib.context import RunContext
-from acesql_lib.paths import resolve
-from acesql_lib.shipped_base import BUILD_FILES, MANIFEST, prebuilt_matches, rekey, ship
-from acesql_lib.tinybase import base_settings, build_tiny_base
-from acesql_lib.tinyworld import build_profile_world, build_tinyworld
+import acesql_lib.pipeline.tinybase as tinybase
+from acesql_lib.config.context import RunContext
+from acesql_lib.config.paths import resolve
+from acesql_lib.pipeline.shipped_base import BUILD_FILES, MANIFEST, prebuilt_matches, rekey, ship
+from acesql_lib.pipeline.tinybase import base_settings, build_tiny_base
+from acesql_lib.data.tinyworld import build_profile_world, build_tinyworld
 
 
 @pytest.mark.parametrize("profile", ["tiny", "rehearsal"])

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.datasets import load_bird, load_synsql
-from acesql_lib.schema import Schema, load_tables_json
-from acesql_lib.sqlcolumns import column_set
-from acesql_lib.tinyworld import (CATEGORICAL_MAX_DISTINCT, DB_SPECS, KIND, Attr, Cand, DbContext, Join, Route,
+from acesql_lib.data.datasets import load_bird, load_synsql
+from acesql_lib.data.schema import Schema, load_tables_json
+from acesql_lib.data.sqlcolumns import column_set
+from acesql_lib.data.tinyworld import (CATEGORICAL_MAX_DISTINCT, DB_SPECS, KIND, Attr, Cand, DbContext, Join, Route,
                                   TinyWorld, build_profile_world, build_tinyworld, categorical_values, expr,
                                   from_clause, main, realise, string_values, world_text)
 
@@ -220,7 +220,7 @@ def test_without_the_split_the_world_writes_no_dev_id(tmp_path):
 
 
 def test_profile_world_follows_the_data_block(tmp_path):
-    from acesql_lib.config import load_config
+    from acesql_lib.config.settings import load_config
 
     cfg = load_config("tiny", {"data.tiny_n_train": 30, "data.tiny_n_dev": 10, "data.tiny_n_dev_id": 7})
     w = build_profile_world(cfg.data, tmp_path / "w")

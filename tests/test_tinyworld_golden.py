@@ -46,7 +46,7 @@ def world_digest(root: Path) -> dict[str, str]:
 
 
 def _build(out: Path) -> dict:
-    from acesql_lib.tinyworld import GENERATOR_VERSION, build_tinyworld
+    from acesql_lib.data.tinyworld import GENERATOR_VERSION, build_tinyworld
     world = build_tinyworld(out, **SIZES)
     return {"generator_version": GENERATOR_VERSION, **SIZES, "files": world_digest(world.root)}
 
@@ -73,12 +73,12 @@ def test_digest_sees_a_changed_row(tmp_path):
 
 
 def test_package_runs_as_a_command(tmp_path):
-    """`python -m acesql_lib.tinyworld` (data/README.md) still builds a world from the package."""
+    """`python -m acesql_lib.data.tinyworld` (data/README.md) still builds a world from the package."""
     import os
     import subprocess
     root = str(ROOT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run([sys.executable, "-m", "acesql_lib.tinyworld", "--out", str(tmp_path / "cli"),
+    done = subprocess.run([sys.executable, "-m", "acesql_lib.data.tinyworld", "--out", str(tmp_path / "cli"),
                            "--n-train", "6", "--n-dev", "3"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "6 train" in done.stdout and json.loads((tmp_path / "cli" / "manifest.json").read_text())["n_dev"] == 3

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from acesql_lib.tracking import open_tracker, scalars
+from acesql_lib.train.tracking import open_tracker, scalars
 from helpers_tensorboard import read_events
 
 
@@ -30,7 +30,7 @@ def test_none_tracks_nothing_and_a_bad_name_is_named(tmp_path):
 
 
 def test_config_rejects_an_unknown_tracker():
-    from acesql_lib.config import ConfigError, load_config
+    from acesql_lib.config.settings import ConfigError, load_config
 
     with pytest.raises(ConfigError, match="sft.report_to"):
         load_config("tiny", {"sft.report_to": "mlflow"})
@@ -40,8 +40,8 @@ def test_config_rejects_an_unknown_tracker():
 def test_sft_reports_its_loss_to_tensorboard(tmp_path):
     from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
-    from acesql_lib.models import train_tiny_tokenizer
-    from acesql_lib.sft import LOG_NAME, train_sft
+    from acesql_lib.models.loading import train_tiny_tokenizer
+    from acesql_lib.train.sft import LOG_NAME, train_sft
 
     tokenizer = train_tiny_tokenizer(TEXTS, vocab_size=300)
     train_sft(tiny_model(tokenizer), tokenizer, SAMPLES, replace(CFG, report_to="tensorboard"), tmp_path, max_steps=3)

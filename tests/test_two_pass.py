@@ -8,13 +8,13 @@ import re
 
 import pytest
 
-from acesql_lib.config import load_config
-from acesql_lib.datasets import load_bird, schemas_for
-from acesql_lib.engines import HFEngine
-from acesql_lib.evaluate import evaluate
-from acesql_lib.models import build_tiny_model, train_tiny_tokenizer
-from acesql_lib.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
-from acesql_lib.routes import alternative_route
+from acesql_lib.config.settings import load_config
+from acesql_lib.data.datasets import load_bird, schemas_for
+from acesql_lib.models.engines import HFEngine
+from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
+from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
+from acesql_lib.data.routes import alternative_route
 from helpers_bird import QUESTIONS  # the questions of the `bird_dir` fixture (conftest): a real SQLite BIRD layout
 from repo_paths import ROOT as REPO
 
@@ -98,7 +98,7 @@ def test_evaluate_is_the_rollout_path_run_greedily(tiny, tmp_path):
 
 def test_select_and_generate_per_retriever_sample(tiny):
     """per_retriever: generator sample i sees retriever sample i mod N; the voted set is still reported."""
-    from acesql_lib.rollouts import RoleSamples
+    from acesql_lib.train.rollouts import RoleSamples
 
     examples, schemas, tok, model = tiny
     a, b = frozenset({"singer.age"}), frozenset({"singer.name"})
@@ -125,8 +125,8 @@ def test_distillation_shards_are_keyed_by_the_same_sampling_spec():
     change of any sampling setting (enable_thinking, top_p included) never reuses old shards."""
     import dataclasses
 
-    from acesql_lib.reuse_keys import settings_hash
-    from acesql_lib.distill import shard_settings
+    from acesql_lib.runtime.reuse_keys import settings_hash
+    from acesql_lib.train.distill import shard_settings
 
     cfg = load_config("tiny")
     settings, spec = shard_settings(cfg, "tiny"), dataclasses.asdict(SamplingSpec.distill(cfg))

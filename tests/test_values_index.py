@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib.config import DataConfig
-from acesql_lib.prompts import question_text
-from acesql_lib.schema import Schema
-from acesql_lib.values_index import (ValuesIndex, attach, database_values, match_share, open_index,
+from acesql_lib.config.settings import DataConfig
+from acesql_lib.roles.prompts import question_text
+from acesql_lib.data.schema import Schema
+from acesql_lib.data.values_index import (ValuesIndex, attach, database_values, match_share, open_index,
                                      question_queries)
 from repo_paths import FIXTURES
 
@@ -147,7 +147,7 @@ def test_an_entry_missing_its_bm25_folder_is_rebuilt_not_read_as_empty(shop_db, 
 def test_a_late_build_never_replaces_a_whole_entry(shop_db, tmp_path):
     """The rank that finishes building last drops its own build: the entry other ranks may be reading
     stays where it is (before, the last rank moved it aside, and a rank reading it saw a missing folder)."""
-    from acesql_lib.values_index import _place, _signature
+    from acesql_lib.data.values_index import _place, _signature
 
     cache = tmp_path / "cache"
     open_index(shop_db, cache)
@@ -199,10 +199,10 @@ def test_attach_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_p
 
 
 def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_db, tmp_path):
-    from acesql_lib.config import load_config
-    from acesql_lib.datasets import Example
-    from acesql_lib.distill import make_tasks
-    from acesql_lib.prompts import generator_messages, retriever_messages
+    from acesql_lib.config.settings import load_config
+    from acesql_lib.data.datasets import Example
+    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.roles.prompts import generator_messages, retriever_messages
 
     ex = Example("q1", "shop", "Total sales of Site A?", "", "SELECT 1", "", "", "synsql", str(shop_db))
     (task,) = make_tasks([ex], 2, 40, load_config("paper").data, tmp_path / "values_index")

@@ -19,11 +19,11 @@ CONTEXT_ROOM = 12  # new tokens the normal prompts leave: less than the budget, 
 
 
 def run(workdir: Path) -> dict:
-    from acesql_lib.config import EvalSet, load_config
-    from acesql_lib.datasets import load_bird, schemas_for
-    from acesql_lib.evaluate import LoadedCheckpoint, evaluate_set
-    from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
-    from acesql_lib.paths import Paths
+    from acesql_lib.config.settings import EvalSet, load_config
+    from acesql_lib.data.datasets import load_bird, schemas_for
+    from acesql_lib.evaluation.evaluate import LoadedCheckpoint, evaluate_set
+    from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
+    from acesql_lib.config.paths import Paths
     from helpers_bird import QUESTIONS, eval_prompt_lengths, write_bird_dev
 
     bird = write_bird_dev(workdir / "bird")

@@ -41,8 +41,8 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
 
     import torch
 
-    from acesql_lib.engines import HFEngine, VLLMEngine
-    from acesql_lib.models import build_tiny_model, save_tiny, train_tiny_tokenizer
+    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 
     torch.manual_seed(0)
     texts = _sentences()
@@ -105,13 +105,13 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
 
 
 def run_reuse(workdir: Path, folder: Path, model, tokenizer, greedy) -> dict:
-    """acesql_lib/engine_reuse.py through `make_engine`: the engine of checkpoint A, closed inside a block, serves
+    """acesql_lib/models/engine_reuse.py through `make_engine`: the engine of checkpoint A, closed inside a block, serves
     checkpoint B (the same model after the optimizer step, saved to its own folder); the block's end shuts it
     down (tests/test_engine_reuse.py checks the rules without vLLM)."""
-    from acesql_lib import engine_reuse
-    from acesql_lib.config import EngineConfig
-    from acesql_lib.engines import make_engine
-    from acesql_lib.models import load_policy, save_tiny
+    from acesql_lib.models import engine_reuse
+    from acesql_lib.config.settings import EngineConfig
+    from acesql_lib.models.engines import make_engine
+    from acesql_lib.models.loading import load_policy, save_tiny
 
     model_a, _ = load_policy(folder, dtype="float32", device="cpu")  # checkpoint A: the weights before the step
     folder_b = save_tiny(model, tokenizer, workdir / "tiny-b")  # checkpoint B: after it

@@ -1,5 +1,5 @@
 """The runner starts each notebook's kernel while the notebook before it runs, with that notebook's modules
-imported (acesql_lib/warm_kernel.py): the notebook then runs as in a cold kernel, its imports already done.
+imported (acesql_lib/runtime/warm_kernel.py): the notebook then runs as in a cold kernel, its imports already done.
 Real notebooks written here, executed by papermill in real kernels."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import nbformat
 import pytest
 
-from acesql_lib.pipeline import NotebookFailed, run_pipeline
-from acesql_lib.warm_kernel import WarmKernel, modules_imported, warm_code
+from acesql_lib.pipeline.runner import NotebookFailed, run_pipeline
+from acesql_lib.runtime.warm_kernel import WarmKernel, modules_imported, warm_code
 
 # `email.mime.text` is imported by no module the runner or the kernel loads on their own
 PROBE = """\
@@ -40,11 +40,11 @@ def test_the_pre_import_leaves_no_name_in_the_kernel_even_with_no_modules():
 
 
 def test_modules_imported_reads_every_import_statement_once_in_order(tmp_path):
-    _notebook(tmp_path / "nb.ipynb", "import pandas as pd\nfrom acesql_lib.context import RunContext",
+    _notebook(tmp_path / "nb.ipynb", "import pandas as pd\nfrom acesql_lib.config.context import RunContext",
               "%matplotlib inline\nimport not_read",  # a magic: not Python, skipped
-              "def f():\n    from acesql_lib.stats import paired_bootstrap\n    import json, os.path\n    from . import x",
+              "def f():\n    from acesql_lib.evaluation.stats import paired_bootstrap\n    import json, os.path\n    from . import x",
               "import pandas")
-    assert modules_imported(tmp_path / "nb.ipynb") == ["pandas", "acesql_lib.context", "acesql_lib.stats", "json",
+    assert modules_imported(tmp_path / "nb.ipynb") == ["pandas", "acesql_lib.config.context", "acesql_lib.evaluation.stats", "json",
                                                        "os.path"]
 
 

@@ -1,4 +1,4 @@
-"""Jobs in worker processes (acesql_lib/workers.py): results in order, each worker at this process's torch
+"""Jobs in worker processes (acesql_lib/runtime/workers.py): results in order, each worker at this process's torch
 thread count with passive OpenMP waits, a failure named with its log, the other workers stopped."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from acesql_lib.workers import Job, call, run_jobs
+from acesql_lib.runtime.workers import Job, call, run_jobs
 
-PROBE = "acesql_lib.workers:probe"
+PROBE = "acesql_lib.runtime.workers:probe"
 
 
 @pytest.fixture

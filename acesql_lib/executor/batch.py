@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from ..progress import tqdm
+from ..runtime.progress import tqdm
 
 from . import workers
 from .compare import MODES, gold_has_order_by

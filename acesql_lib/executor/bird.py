@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ..jsonfiles import DatasetError, db_id_problem, parse_json_text, read_json_file
+from ..runtime.jsonfiles import DatasetError, db_id_problem, parse_json_text, read_json_file
 from .batch import Score, score_batch
 from .compare import MODES
 from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES

@@ -17,9 +17,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, load_config
-from ..paths import Paths, ReportDirs
-from ..stats import Interval, percent  # noqa: F401
+from ..config.settings import Config, load_config
+from ..config.paths import Paths, ReportDirs
+from ..evaluation.stats import Interval, percent  # noqa: F401
 # Re-exported: every public name (and the two helpers claims and tests use) lives in a submodule.
 from .inputs import (  # noqa: F401
     FIGURES, NOT_REPORTED, PAPER_RESULTS, ROLES, SET_LABELS, STAGE_LABELS, STAGES, TABLES, ReportInputError,

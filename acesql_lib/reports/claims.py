@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .. import stats
-from ..config import Config
-from ..stats import Interval
+from ..evaluation import stats
+from ..config.settings import Config
+from ..evaluation.stats import Interval
 from .inputs import NOT_REPORTED, ReportInputs, _num, not_run
 from .tables import Table, dataset_label, fmt_ci, fmt_diff, fmt_p, primary_set, variant_stage
 

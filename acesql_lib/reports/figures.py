@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from ..config import Config  # noqa: E402
+from ..config.settings import Config  # noqa: E402
 from .inputs import ROLES, STAGE_LABELS, STAGES, ReportInputs, _num, not_run  # noqa: E402
 from .tables import dataset_label, primary_set  # noqa: E402
 
@@ -286,7 +286,7 @@ def plot_data_routes(route_share: dict[str, float], figures_dir: str | Path,
 def plot_distributions(before: pd.DataFrame, after: pd.DataFrame, figures_dir: str | Path,
                        formats: Sequence[str] = ("png", "pdf"), name: str = "filtering_distributions") -> list[Path]:
     """Four panels, before vs after filtering: complexity, question style, tables per schema, columns per SQL."""
-    from ..filtering import SQL_COMPLEXITY_LEVELS
+    from ..data.filtering import SQL_COMPLEXITY_LEVELS
 
     set_style()
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))

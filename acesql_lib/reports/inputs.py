@@ -14,9 +14,9 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
-from ..config import REPO_ROOT
-from ..paths import MAIN_VARIANT, grpo_metrics_name
-from ..stats import percent
+from ..config.settings import REPO_ROOT
+from ..config.paths import MAIN_VARIANT, grpo_metrics_name
+from ..evaluation.stats import percent
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ class ReportInputs:
         return self._nested("06_ablations", "variants")
 
     def baselines(self) -> dict[str, dict[str, dict[str, Any]]]:
-        """baseline -> set name -> metrics of a released checkpoint measured by the kit (`acesql_lib.baselines`),
+        """baseline -> set name -> metrics of a released checkpoint measured by the kit (`acesql_lib.evaluation.baselines`),
         from `<run_dir>/eval/baselines/<baseline>/<set>/metrics.json`; each carries `results_file`, that file's
         path from the repository (or from the run folder's parent). Unreadable files are reported and skipped."""
-        from ..baselines import BASELINES_DIR
+        from ..evaluation.baselines import BASELINES_DIR
 
         if self._baselines is not None:
             return self._baselines

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from ..config import Config
+from ..config.settings import Config
 from .figures import plt  # the headless backend is chosen there
 from .tables import _fmt_setting
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Polygon  # noqa: E402

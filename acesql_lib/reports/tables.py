@@ -9,10 +9,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .. import stats
-from ..baselines.protocols import KIT_PROTOCOL
-from ..config import BIRD_DEV_VERSION, Config
-from ..stats import Interval
+from ..evaluation import stats
+from ..evaluation.baselines.protocols import KIT_PROTOCOL
+from ..config.settings import BIRD_DEV_VERSION, Config
+from ..evaluation.stats import Interval
 from .inputs import NOT_REPORTED, SET_LABELS, ReportInputs, _num, load_paper_results, not_run
 
 
@@ -189,7 +189,7 @@ def _tokens(inputs: ReportInputs, m: dict[str, Any] | None, stage: str, set_name
     return tot, ret, gen
 
 
-MEASURED = "measured by the kit"  # the Source of a released checkpoint's row evaluated by `acesql_lib.baselines`
+MEASURED = "measured by the kit"  # the Source of a released checkpoint's row evaluated by `acesql_lib.evaluation.baselines`
 
 
 def measured_ci(m: dict[str, Any] | None) -> Interval | None:
@@ -201,7 +201,7 @@ def measured_ci(m: dict[str, Any] | None) -> Interval | None:
 def _baseline_rows(inputs: ReportInputs, sets: list[str], paper_rows: list[dict[str, Any]], row: Any) -> list[list[str]]:
     """The paper's rows, each followed by the kit's measurement of the same checkpoint on some of `sets` when one
     exists (`row(paper_row, baseline, by_set)`, paper_row None for a measured baseline the paper's table lacks)."""
-    from ..baselines import PAPER_METHODS
+    from ..evaluation.baselines import PAPER_METHODS
 
     measured = {name: by_set for name, by_set in inputs.baselines().items() if set(by_set) & set(sets)}
     of_method = {m: name for name, methods in PAPER_METHODS.items() for m in methods}
@@ -234,14 +234,14 @@ CI_NOTE = ("[a, b]: 95% CI. Paper numbers: Wilson interval at the benchmark's si
            "seeds: bootstrap over questions of the seed mean).")
 
 
-BASELINE_NOTE = (f"Rows '{MEASURED}': the released checkpoint evaluated by `python -m acesql_lib.evaluate --baseline` "
+BASELINE_NOTE = (f"Rows '{MEASURED}': the released checkpoint evaluated by `python -m acesql_lib.evaluation.evaluate --baseline` "
                  "under its own published protocol (prompt, chat template, decoding, SQL extraction) with the kit's "
                  "executor and scoring rule; the file named holds the protocol, the decoding and the CI (Wilson over "
                  "its questions).")
 
 
 def _baseline_label(name: str) -> str:
-    from ..baselines import PAPER_METHODS
+    from ..evaluation.baselines import PAPER_METHODS
 
     return PAPER_METHODS[name][-1]
 

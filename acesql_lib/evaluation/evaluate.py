@@ -1,0 +1,491 @@
+"""Two-pass greedy evaluation (§5): retriever on the full schema, generator on the pruned schema.
+
+The passes are `rollouts`' phases (retrieve, select, generate, execute) run greedily with one
+sample per role, plus a generate pass on the gold column sets. For every question: the retriever
+reads the full schema and lists columns; its parsed list prunes the schema
+(`Schema.to_ddl(selected)`); the generator reads the pruned schema and writes SQL; the last sql
+block is executed against the gold SQL. Greedy decoding (temperature 0), one sample per
+role, the same checkpoint for both roles. Compare modes (§5): BIRD compares rows as sets
+(`mode="set"`), Spider as in the test-suite evaluator (`mode="spider"`: multiset, ordered when the
+gold has ORDER BY). Errors and timeouts score 0. BIRD-format sets are scored by the rule
+`eval.scoring` names (`executor.scoring`: paper "authors", their EVAL/evaluation_maj.py, where a
+prediction without SQL runs as no rows and matches an empty gold result and invalid UTF-8 text
+scores 0; tiny "kit"). Which SQL is executed and which columns prune the
+schema follow `eval.generator_parser` / `eval.retriever_parser` (paper profile: the authors'
+evaluation scripts, `prompts.parse_generator_eval` / `parse_retriever_eval`; "kit": the last closed
+sql block after the think block, so an output without one scores 0).
+
+The engine's context is `eval.max_model_len` (prompt + answer; `metrics["max_model_len"]`). An answer stops where
+prompt and answer fill it, as vLLM stops it, on both engines (`rollouts._sample`). A prompt that leaves no room for
+one new token is not generated (vLLM would refuse the whole call) and its question scores 0, under every scoring
+rule: an over-long retriever prompt leaves the question without a generator pass. Such questions are counted per
+pass (`n_overlong`: retriever, generator, gold_schema) and named (`overlong_ids`, the records' `overlong` and
+`gold_schema_overlong`, one printed line); the authors' scripts stop there instead (docs/deviations.md).
+
+Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
+- output tokens per question = retriever + generator generated tokens (stop token included),
+  counted with the policy's tokenizer;
+- Generator Ability = EX of a third greedy pass in which the generator is given the gold SQL's
+  column set as the pruned schema (over questions whose gold column set resolves);
+- Retriever Ability = share of questions whose retrieved set covers the gold column set; column
+  precision, recall (macro means over questions) and exact-match share are reported beside it;
+  precision of an empty retrieval is 0;
+- alternative-route share = share of execution-correct predictions whose column set differs from
+  the gold's (`routes.route_share`); None when no correct prediction resolves.
+
+Units: EX-type accuracies (`ex`, `ex_by_difficulty`, `generator_ability`) are percent, as the paper
+prints EX; every share (`stats.SHARE_KEYS`: the retrieval metrics, the alternative-route share, the
+well-formed and truncation rates) is a fraction in [0, 1], like distillation's and GRPO's shares.
+Tables turn shares into percent when they print (`reports`), never by guessing from the value.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config.settings import Config, EvalSet
+from ..runtime.reuse_keys import code_hash, engine_key, settings_hash
+from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
+from .records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401
+from ..config.paths import Paths, resolve
+from ..roles.prompts import evaluation_style
+from ..train.rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
+                              select, unanswered)
+from ..data.task import Task
+from ..data.routes import alternative_route, route_share
+from ..data.schema import Schema
+from ..runtime.timing import as_metrics, since, totals
+
+# ---------------------------------------------------------------------------------------------
+# Metrics: pure functions of per-question records (so they are tested on fixed records)
+
+
+def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
+    """Retriever Ability (coverage of the gold column set), column precision/recall/exact match, as fractions.
+
+    Only questions whose gold column set resolves count (`n`); comparisons ignore case.
+    """
+    cover, precision, recall, exact = [], [], [], []
+    for r in records:
+        gold = r.get("gold_columns")
+        if gold is None:
+            continue
+        gold = {c.lower() for c in gold}
+        got = {c.lower() for c in r.get("retrieved_columns") or []}
+        hit = len(gold & got)
+        cover.append(gold <= got)
+        precision.append(hit / len(got) if got else 0.0)
+        recall.append(hit / len(gold) if gold else 1.0)
+        exact.append(gold == got)
+    n = len(cover)
+
+    def mean(xs: list) -> float | None:
+        return sum(xs) / n if n else None
+
+    return {"retriever_ability": mean(cover), "column_precision": mean(precision), "column_recall": mean(recall),
+            "column_exact_match": mean(exact), "n": n}
+
+
+def generator_ability(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
+    """EX (%) of the generator on the gold-column schema, over questions where that pass ran."""
+    hits = [r["gold_schema_correct"] for r in records if r.get("gold_schema_correct") is not None]
+    return {"generator_ability": _pct(hits)[0] if hits else None, "n": len(hits)}
+
+
+def token_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean generated tokens per question: retriever, generator and their sum (§5, kit's counting)."""
+    n = len(records) or 1
+    ret = sum(r["retriever_tokens"] for r in records) / n
+    gen = sum(r["generator_tokens"] for r in records) / n
+    return {"tokens_per_question": ret + gen, "retriever_tokens": ret, "generator_tokens": gen}
+
+
+def alt_route_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Share (a fraction) of correct predictions on an alternative route; None when none resolves."""
+    share = route_share(records)
+    value = None if math.isnan(share["share"]) else share["share"]
+    return {"alt_route_share": value, **{f"alt_route_{k}": v for k, v in share.items() if k != "share"}}
+
+
+def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Every headline metric of one evaluation, from its per-question records."""
+    by_diff = ex_by_difficulty(records)
+    retrieval = retrieval_metrics(records)
+    gen = generator_ability(records)
+    n = len(records) or 1
+    return {
+        "n": len(records), "ex": by_diff["overall"]["ex"], "ex_by_difficulty": by_diff,
+        **token_metrics(records),
+        "generator_ability": gen["generator_ability"], "generator_ability_n": gen["n"],
+        **{k: v for k, v in retrieval.items() if k != "n"}, "retriever_n": retrieval["n"],
+        **alt_route_metrics(records),
+        "retriever_well_formed": sum(r["retriever_well_formed"] for r in records) / n,
+        "generator_well_formed": sum(r["generator_well_formed"] for r in records) / n,
+        "truncated": sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
+        **overlong_metrics(records),
+    }
+
+
+OVERLONG = "overlong"  # exec_status of a question whose prompt left no room in the engine's context
+PASSES = ("retriever", "generator", "gold_schema")
+
+
+def overlong_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per pass, the questions whose prompt left no room in the engine's context (scored 0): their number
+    (`n_overlong`) and ids (`overlong_ids`). A question over in the retriever pass has no generator pass."""
+    ids = {p: [str(r["id"]) for r in records if r.get("overlong") == p] for p in PASSES[:2]}
+    ids["gold_schema"] = [str(r["id"]) for r in records if r.get("gold_schema_overlong")]
+    return {"n_overlong": {p: len(v) for p, v in ids.items()}, "overlong_ids": ids}
+
+
+def overlong_line(set_name: str, context: int, ids: Mapping[str, Sequence[str]], shown: int = 20) -> str:
+    """The printed line naming the questions over the context, per pass (the first `shown` ids of each)."""
+    def one(p: str) -> str:
+        named = ", ".join(ids[p][:shown]) + (", ..." if len(ids[p]) > shown else "")
+        return f"{p.replace('_', '-')} pass: {len(ids[p])}" + (f" ({named})" if ids[p] else "")
+
+    return (f"[evaluate] {set_name}: prompts over the engine's {context}-token context, not generated and scored 0: "
+            + "; ".join(one(p) for p in PASSES))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the passes
+
+
+def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
+             mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
+             engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True,
+             relevant_values: bool = True, scoring: str | None = None) -> EvalResult:
+    """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`; files go to `out_dir`.
+
+    `schemas` maps db_id to its Schema; `mode` is the executor's compare mode ("set" for BIRD,
+    "spider" for Spider). `gold_schema_pass` adds the third pass behind Generator Ability.
+    `scoring` (`executor.scoring`): None = `eval.scoring` in BIRD's set mode, "kit" otherwise; its
+    timeout replaces `eval.exec_timeout_s` when the rule has one (authors: 300 s).
+    """
+    from ..executor.scoring import rule as scoring_rule
+
+    scoring = scoring if scoring is not None else (cfg.eval.scoring if mode == "set" else "kit")
+    timeout_s = scoring_rule(scoring).timeout_s or cfg.eval.exec_timeout_s
+    missing = sorted({ex.db_id for ex in examples} - set(schemas))
+    if missing:
+        raise KeyError(f"evaluate: no schema for db_id {missing[:5]} ({len(missing)} missing)")
+    start, phases_before = time.perf_counter(), totals()
+    engine = engine or HFEngine.from_config(cfg.engine, model, tokenizer)
+    # prompts per engine call (the progress bar moves per call): greedy calls take engine.hf_greedy_batch_size
+    chunk = cfg.engine.hf_greedy_batch_size
+    style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
+    from ..data.values_index import attach  # the profile's schema text and question-relevant values (§2)
+
+    cache = Paths.from_config(cfg).run / "values_index"
+    # a set whose prompts show no question-relevant values (EvalSet.relevant_values false): none, no index
+    given = None if relevant_values else {}
+    data_cfg = cfg.data if given is None else dataclasses.replace(cfg.data, relevant_values=False)
+    for ex in examples:
+        attach(schemas[ex.db_id], ex.db_path, data_cfg, cache)  # cheap once attached
+    tasks = [Task(ex, schemas[ex.db_id], given_values=given) for ex in examples]
+
+    # the engine's context: eval.max_model_len, or the engine's own where it is smaller (a vLLM engine handed in)
+    context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)
+    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens,
+                               context=context)
+    rules = RolloutSpec.evaluation(cfg, mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
+    r_parse, g_parse = rules.parsers(spec.max_new_tokens)
+    run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
+
+    # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
+    retrieved = retrieve(tasks, parse=r_parse, desc=f"{stage} retriever", **run)
+    voted, seen = select(retrieved, n_generator=1)
+    # 3. generator on the pruned schema, for the questions whose retriever prompt fit the context (the others score 0)
+    asked = [i for i, r in enumerate(retrieved) if not r.completions[0].overlong]
+    generated = [RoleSamples([""], [c := unanswered()], [g_parse(c, t)]) for t in tasks]
+    for i, g in zip(asked, generate([tasks[i] for i in asked], [seen[i] for i in asked], parse=g_parse,
+                                    desc=f"{stage} generator", **run)):
+        generated[i] = g
+    rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
+    # 3b. generator on the gold column set (Generator Ability; kit's definition). Where the voted set gives the
+    # same prompt, the answer is the one step 3 decoded from it (greedy), not decoded again
+    gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
+    gold_tasks = [tasks[i] for i in gold_idx]
+    on_gold = [RoleSamples(list(generated[i].prompts), list(generated[i].completions), list(generated[i].parses))
+               for i in gold_idx]
+    fresh = [k for k, i in enumerate(gold_idx) if generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style,
+                                                                   spec.enable_thinking) != generated[i].prompts[0]]
+    for k, g in zip(fresh, generate([gold_tasks[k] for k in fresh], [[gold_tasks[k].gold_columns] for k in fresh],
+                                    parse=g_parse, desc=f"{stage} generator (gold schema)", **run)):
+        on_gold[k] = g
+    gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
+    # 4. execute everything in one batch; a prompt over the context scores 0 (never run: the authors' scoring would
+    # match its empty prediction to an empty gold result)
+    every = [*rolls, *gold_rolls]
+    rules.execute([r for r in every if not r.generator.completions[0].overlong], workers=cfg.eval.workers,
+                  progress=progress)
+    for r in every:
+        if r.generator.completions[0].overlong:
+            r.matches, r.exec_status, r.match_sets = [False], [OVERLONG], [None]
+    o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
+    gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
+    gold_over = {i: r.generator.completions[0].overlong for i, r in zip(gold_idx, gold_rolls)}
+
+    records = []
+    for i, r in enumerate(rolls):
+        t, rc, rp, gc, gp = r.task, r.retriever.completions[0], r.retriever.parses[0], \
+            r.generator.completions[0], r.generator.parses[0]
+        correct = r.matches[0]
+        pred_cols = t.columns_of(gp.sql)
+        gold_cols = t.gold_columns
+        ex = t.example
+        records.append({
+            "id": ex.id, "db_id": ex.db_id, "difficulty": ex.difficulty or "", "question": ex.question,
+            "retrieved_columns": sorted(rp.columns), "pred_sql": gp.sql, "correct": correct,
+            "exec_status": r.exec_status[0], "gold_sql": ex.sql,
+            "retriever_tokens": rc.n_tokens, "generator_tokens": gc.n_tokens,
+            "retriever_truncated": rc.truncated, "generator_truncated": gc.truncated,
+            "retriever_well_formed": rp.well_formed, "generator_well_formed": gp.well_formed,
+            "gold_columns": sorted(gold_cols) if gold_cols is not None else None,
+            "pred_columns": sorted(pred_cols) if pred_cols is not None else None,
+            "alt_route": alternative_route(correct, pred_cols, gold_cols),
+            "gold_schema_sql": o_sql.get(i), "gold_schema_correct": gold_correct.get(i),
+            "overlong": "retriever" if rc.overlong else "generator" if gc.overlong else None,
+            "gold_schema_overlong": gold_over.get(i),
+        })
+    metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, "engine": engine.kind,
+               "max_model_len": context, **summarize(records),
+               "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
+    if any(metrics["n_overlong"].values()):
+        print(overlong_line(set_name, context, metrics["overlong_ids"]))
+    result = EvalResult(metrics, records)
+    if out_dir is not None:
+        result.out_dir = Path(out_dir)
+        result.files = write_outputs(result, set_name)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# One configured evaluation set, and the CLI
+
+
+def load_eval_set(cfg: Config, eval_set: EvalSet) -> tuple[list[Any], dict[str, Schema]]:
+    """Questions of one `eval.sets` entry (BIRD or Spider layout) and their schemas read from SQLite.
+
+    Schemas carry example values (§2) and, when the database folder has BIRD's
+    `database_description/`, column descriptions. Malformed records are reported and skipped.
+    """
+    from ..data.datasets import eval_examples, schemas_for
+
+    loaded = eval_examples(eval_set)
+    if loaded.skipped:
+        print(f"[evaluate] {eval_set.name}: skipped {len(loaded.skipped)} malformed records, first: {loaded.skipped[:3]}")
+    examples = list(loaded)
+    if cfg.eval.max_examples:
+        examples = examples[: cfg.eval.max_examples]
+    return examples, schemas_for(examples, cfg.data.n_example_values, cfg.data.example_max_chars)
+
+
+# What an evaluation's outputs depend on besides settings: this module's code and every module it imports
+# (reuse_keys.imported_modules), which load, prompt, generate, parse, execute and score; a change to any of them
+# evaluates afresh
+EVAL_CODE = ("evaluation.evaluate",)
+
+
+def eval_key(cfg: Config, model_path: str | Path, eval_set: EvalSet) -> dict[str, Any]:
+    """Everything one evaluation's records depend on: the model (`models.model_tag`), the set and the
+    bytes of its questions file, the evaluation, engine, schema-text and prompt settings, the seed and
+    the code (`EVAL_CODE` and what it imports). Two evaluations with equal keys give the same records (greedy
+    decoding)."""
+    from ..models.loading import model_tag
+
+    questions = resolve(eval_set.path)  # relative to the repository, as `datasets.eval_examples` reads it
+    digest = hashlib.sha256(questions.read_bytes()).hexdigest()[:16] if questions.is_file() else None
+    db_root = resolve(eval_set.db_root)
+    databases = sorted((str(f.relative_to(db_root)), f.stat().st_size, f.stat().st_mtime_ns)
+                       for f in db_root.rglob("*.sqlite")) if db_root.is_dir() else []  # a rebuilt database: afresh
+    ev = {k: v for k, v in dataclasses.asdict(cfg.eval).items() if k not in ("sets", "ablation_sets", "workers", "reuse")}
+    return {"model": model_tag(model_path), "set": dataclasses.asdict(eval_set), "questions": digest,
+            "databases": settings_hash(databases), "eval": ev, "engine": engine_key(cfg.engine),
+            "data": settings_hash(dataclasses.asdict(cfg.data)), "style": cfg.model.prompt_style,
+            "dtype": cfg.model.dtype, "device": cfg.model.device, "seed": cfg.seed, "code": code_hash(*EVAL_CODE)}
+
+
+def _cached(folder: Path, key_text: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    try:
+        if (folder / "key.json").read_text() != key_text:
+            return None
+        metrics = json.loads((folder / "metrics.json").read_text())
+        records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError):
+        return None  # missing or half written: evaluate afresh
+    return (metrics, records) if len(records) == metrics.get("n") else None
+
+
+def _store(folder: Path, key_text: str, result: EvalResult) -> None:
+    """Write the cache entry whole or not at all (a temporary folder renamed into place)."""
+    tmp = folder.with_name(folder.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(result.files["metrics"], tmp / "metrics.json")
+    shutil.copy2(result.files["predictions"], tmp / "predictions.jsonl")
+    (tmp / "key.json").write_text(key_text)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
+def eval_engine_config(cfg: Config) -> Any:
+    """The engine settings of evaluation: the training engine's, with the evaluation context (`eval.max_model_len`)."""
+    return dataclasses.replace(cfg.engine, max_model_len=cfg.eval.max_model_len)
+
+
+class LoadedCheckpoint:
+    """One checkpoint's model, tokenizer and evaluation engine, loaded at the first `get()` and shared by
+    every set evaluated from it (`evaluate_sets`): a vLLM engine starts once per checkpoint, not once per set."""
+
+    def __init__(self, cfg: Config, model_path: str | Path):
+        self.cfg, self.model_path, self._loaded = cfg, model_path, None
+
+    def get(self) -> tuple[Any, Any, Any]:
+        if self._loaded is None:
+            from ..models.loading import load_policy
+
+            model, tokenizer = load_policy(self.model_path, self.cfg.model.dtype, policy_load_device(self.cfg))
+            model.eval()
+            engine = make_engine(eval_engine_config(self.cfg), model, tokenizer, model_path=self.model_path,
+                                 dtype=self.cfg.model.dtype, seed=self.cfg.seed)
+            self._loaded = (model, tokenizer, engine)
+        return self._loaded
+
+    def close(self) -> None:
+        if self._loaded is not None:
+            self._loaded[2].close()
+            self._loaded = None
+
+
+def evaluate_sets(cfg: Config, paths: Paths, model_path: str | Path, eval_sets: Sequence[EvalSet | str], stage: str,
+                  progress: bool = True) -> dict[str, EvalResult]:
+    """`evaluate_set` for each of `eval_sets`, with one model and one engine for all of them (loaded only if
+    some set is not read back from the evaluation cache); results by set name, in the order given."""
+    checkpoint = LoadedCheckpoint(cfg, model_path)
+    try:
+        return {s if isinstance(s, str) else s.name: evaluate_set(cfg, paths, model_path, s, stage, progress,
+                                                                    checkpoint=checkpoint) for s in eval_sets}
+    finally:
+        checkpoint.close()
+
+
+def evaluate_checkpoints(cfg: Config, paths: Paths, checkpoints: Mapping[str, str | Path],
+                         eval_sets: Sequence[EvalSet | str], progress: bool = True
+                         ) -> dict[tuple[str, str], EvalResult]:
+    """`evaluate_sets` for each checkpoint ({stage: model folder}, e.g. base, SFT, RL), one after another, with one
+    vLLM engine carried from each checkpoint to the next (`engine_reuse`: its weights replaced in place, where the
+    checkpoints share their configuration and tokenizer); results by (stage, set name)."""
+    from ..models.engine_reuse import reused_engines
+
+    with reused_engines():
+        return {(stage, name): result for stage, path in checkpoints.items()
+                for name, result in evaluate_sets(cfg, paths, path, eval_sets, stage, progress).items()}
+
+
+def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: EvalSet | str, stage: str,
+                 progress: bool = True, checkpoint: LoadedCheckpoint | None = None) -> EvalResult:
+    """Evaluate the checkpoint at `model_path` on one configured set; files under runs/<profile>/eval/<stage>/<set>.
+
+    With `eval.reuse` (default) an evaluation whose `eval_key` matches one already made in this run folder
+    (`runs/<profile>/eval_cache/`, shared by a study's seeds) is read back instead of redone: notebook 06's
+    full variant is notebook 05's RL model, and every seed of a study evaluates the same base and SFT models.
+    The metrics then say `"reused": true`; their times are those of the evaluation that ran."""
+    if isinstance(eval_set, str):
+        names = {s.name: s for s in cfg.eval.sets}
+        if eval_set not in names:
+            raise KeyError(f"eval set {eval_set!r} not in eval.sets ({', '.join(names)})")
+        eval_set = names[eval_set]
+    out_dir = paths.eval_dir / stage / eval_set.name
+    key = eval_key(cfg, model_path, eval_set)
+    key_text = json.dumps(key, indent=1, sort_keys=True, default=str) + "\n"
+    entry = paths.eval_cache / settings_hash(key, 16)
+    hit = _cached(entry, key_text) if cfg.eval.reuse and key["questions"] else None  # no file: the loader says so
+    if hit is not None:
+        metrics, records = hit
+        result = EvalResult({**metrics, "stage": stage, "reused": True}, records, Path(out_dir))
+        result.files = write_outputs(result, eval_set.name)
+        return result
+    examples, schemas = load_eval_set(cfg, eval_set)
+    own = checkpoint is None  # a checkpoint handed in is the caller's to close
+    checkpoint = checkpoint or LoadedCheckpoint(cfg, model_path)
+    mode = "set" if eval_set.format == "bird" else "spider"  # §5
+    try:
+        model, tokenizer, engine = checkpoint.get()
+        result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,
+                          set_name=eval_set.name, engine=engine, progress=progress,
+                          relevant_values=eval_set.relevant_values)
+    finally:
+        if own:
+            checkpoint.close()
+    result.metrics["reused"] = False
+    result.files["metrics"].write_text(json.dumps(result.metrics, indent=2, sort_keys=True) + "\n")
+    _store(entry, key_text, result)
+    return result
+
+
+def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Path, eval_sets: Sequence[EvalSet],
+                      decoding: str | None = None, max_new_tokens: int | None = None,
+                      progress: bool = True) -> dict[str, dict[str, Any]]:
+    """A released checkpoint under its own protocol (`acesql_lib.evaluation.baselines`), metrics by set name, files under
+    runs/<profile>/eval/baselines/<name>/<set>. The paper's own protocol ("qwen3-8b") is this module's two-pass
+    evaluation; a release's runs its prompts, decoding and extraction with one engine for every set."""
+    from .baselines import BASELINES_DIR, KIT_PROTOCOL, evaluate_release, kit_baseline_metrics, release_config
+
+    if name == KIT_PROTOCOL:
+        results = evaluate_sets(cfg, paths, model_path, eval_sets, f"{BASELINES_DIR}/{name}", progress)
+        return {s: kit_baseline_metrics(r, model_path) for s, r in results.items()}
+    checkpoint = LoadedCheckpoint(release_config(cfg, name), model_path)
+    try:
+        return {s.name: evaluate_release(cfg, paths, name, checkpoint, s, *load_eval_set(cfg, s), decoding,
+                                         max_new_tokens, progress) for s in eval_sets}
+    finally:
+        checkpoint.close()
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, EvalResult]:
+    from ..config.context import RunContext
+
+    ap = argparse.ArgumentParser(description="Two-pass greedy evaluation (§5) of one checkpoint, or (--baseline) a "
+                                             "released checkpoint under its own published protocol.")
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--model", required=True, help="save_pretrained folder of the checkpoint (or a hub id)")
+    ap.add_argument("--stage", help="label for the outputs (base, sft, grpo, ...); not with --baseline")
+    ap.add_argument("--set", "--sets", action="extend", nargs="+", default=None,
+                    help="eval set name(s) (default: every configured set)")
+    from .baselines import add_baseline_arguments, print_baseline_results
+
+    add_baseline_arguments(ap)
+    args = ap.parse_args(argv)
+    if not args.baseline and not args.stage:
+        ap.error("--stage is required (or --baseline NAME)")
+    ctx = RunContext.create(args.profile)
+    chosen = [s for s in ctx.cfg.eval.sets if not args.set or s.name in args.set]
+    unknown = sorted(set(args.set or []) - {s.name for s in ctx.cfg.eval.sets})
+    if unknown:
+        ap.error(f"eval set(s) {', '.join(unknown)} not in eval.sets ({', '.join(s.name for s in ctx.cfg.eval.sets)})")
+    if args.baseline:
+        results = evaluate_baseline(ctx.cfg, ctx.paths, args.baseline, args.model, chosen, args.decoding,
+                                    args.max_new_tokens)
+        return print_baseline_results(ctx.paths, args.baseline, results)
+    results = evaluate_sets(ctx.cfg, ctx.paths, args.model, chosen, args.stage)
+    for s in chosen:
+        r = results[s.name]
+        print(json.dumps({"set": s.name, "ex": round(r.ex, 2), "n": r.metrics["n"],
+                          "tokens_per_question": round(r.metrics["tokens_per_question"], 1),
+                          "out_dir": str(r.out_dir)}))
+    return results
+
+
+if __name__ == "__main__":
+    main()

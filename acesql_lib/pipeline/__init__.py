@@ -1,0 +1,3 @@
+"""The top floor: the pipeline runner (`python -m acesql_lib.pipeline`), the preflight, the
+environment's pins, the run card, the multi-seed study and the tiny base models the CPU profiles start from.
+"""

@@ -1,0 +1,123 @@
+"""What one GRPO update holds in memory at its peak, term by term (bytes per process).
+
+The preflight (acesql_lib/pipeline/preflight.py) judges a profile's GPUs with it. The formula is checked against
+measured updates of scaled-down Qwen3s (the real vocabulary, the trainer's own `JointGRPO.optimize`):
+on an H200 with the allocator's exact peak (benchmarks/results/grpo_memory_h200.json, 24 settings,
+estimate / measured 0.99-1.03), and on CPU in CI (tests/test_memory.py, within 20%).
+
+Notation: P parameters (V·h of them in the input embedding and as many in an untied LM head), b sequences
+of p prompt + c completion tokens in a micro-batch (tok = b·(p + c) tokens, R = b·c completion
+positions), L layers of hidden size h and MLP width I, N processes sharing the state (FSDP/ZeRO-3),
+m bytes per trained weight (`model.train_dtype`: 4, fp32 masters), w bytes per compute and reference
+weight (`model.dtype`: 2, bf16).
+
+The peak is at the start of the generator's backward pass (the second role's): the weights, AdamW's two
+moments, the retriever's gradient PCGrad keeps aside (m·P/N each, 2 for Adam) and the frozen reference
+(w·P, or w·P/N when FSDP2 shards it as the policy: acesql_lib/models/sharding.py), plus what the forward pass left for the backward pass:
+  logits   the completion's logits over the vocabulary, taken whole: 16 bytes per position and token
+           (bf16 logits, their fp32 copy, the log-softmax's and the gradient's buffers); in chunks of k
+           positions (`grpo.logprob_chunk_tokens`): 8·R·V for the bf16 logits and their gradient plus
+           8·k·V for one chunk's fp32 work
+  layers   with activation checkpointing, each layer's fp32 input (4·tok·h·L); without, every layer's
+           activations (6·h + 18·I bytes per token and layer, measured: Qwen3's I = 3h) and autocast's
+           bf16 copies of the layers' matrices (w · their parameters)
+  head     the LM head's gradient, the first one the backward pass makes (m·V·h/N)
+  units    under FSDP2 (N > 1) the units gathered whole at the peak: accelerate's head unit (LM head and final
+           norm, kept gathered from its forward to its backward) in bf16 with its bf16 gradient and the fp32
+           copy the gradient is reduced in, (2·w + 4)·V·h, and two decoder layers (the one computing and the
+           one prefetched) with theirs
+  runtime  what no tensor of the model holds: the CUDA context, cuBLAS workspaces and the allocator's slack
+           (`CUDA_RUNTIME`), and NCCL's buffers when N > 1 (`NCCL_BUFFERS`); round figures, not measured here
+Later in the backward pass the activations are freed as the gradients appear, so the update never holds
+less than the full state: weights, Adam, gradients and PCGrad's copy (5·m·P/N) and the reference.
+LoRA trains adapters only: the frozen base is held in `model.dtype`; each adapter parameter holds 20 bytes
+(fp32 weight, gradient, Adam's two moments, PCGrad's copy; `lora_params` counts them), and a LoRA policy
+from the SFT model needs no reference of its own (its base with the adapters off: `reference=False`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+GIB = 1024 ** 3
+CUDA_RUNTIME = 1.5 * GIB  # the CUDA context (~0.5 GiB on Hopper), cuBLAS workspaces, the caching allocator's slack
+NCCL_BUFFERS = 1.0 * GIB  # NCCL's communicator buffers and FSDP2's all-gather / reduce-scatter staging
+ADAPTER_BYTES = 20  # per LoRA parameter: fp32 weight, gradient, Adam's two moments, PCGrad's saved gradient
+LOGITS_WHOLE = 16  # bytes per completion position and vocabulary entry, log-softmax taken whole
+LOGITS_CHUNKED = 8  # the same, chunked: bf16 logits and their gradient
+CHUNK_WORK = 8  # per position of one chunk and vocabulary entry: its fp32 copy and softmax
+LAYER_H, LAYER_I = 6, 18  # bytes per token and layer without checkpointing, per unit of h and of I
+
+
+def n_params(shape: dict[str, Any]) -> float:
+    """Parameters of a Qwen3-style decoder from its config.json fields."""
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    heads = shape["num_attention_heads"]
+    kv = shape.get("num_key_value_heads", heads)
+    hd = shape.get("head_dim") or h // heads
+    attn = h * heads * hd * 2 + h * kv * hd * 2
+    mlp = 3 * h * shape["intermediate_size"]
+    embed = V * h * (1 if shape.get("tie_word_embeddings", False) else 2)
+    return float(embed + L * (attn + mlp + 2 * h + 2 * hd) + h)
+
+
+def lora_params(shape: dict[str, Any], r: int) -> float:
+    """LoRA parameters of rank `r` on every linear layer of the decoder (PEFT's "all-linear": q, k, v, o, gate,
+    up, down; the LM head is left out): r·(inputs + outputs) per layer."""
+    h, L, I = shape["hidden_size"], shape["num_hidden_layers"], shape["intermediate_size"]
+    heads = shape["num_attention_heads"]
+    kv = shape.get("num_key_value_heads", heads)
+    hd = shape.get("head_dim") or h // heads
+    q, k = heads * hd, kv * hd
+    per_layer = (h + q) + 2 * (h + k) + (q + h) + 2 * (h + I) + (I + h)
+    return float(r * per_layer * L)
+
+
+def logits_bytes(rows: int, vocab: int, chunk_tokens: int) -> float:
+    """What the completion's log-probabilities hold for the backward pass (`rows` = b·c positions)."""
+    if chunk_tokens and rows > chunk_tokens:
+        return LOGITS_CHUNKED * rows * vocab + CHUNK_WORK * chunk_tokens * vocab
+    return LOGITS_WHOLE * rows * vocab
+
+
+def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int, completion_tokens: int,
+                    checkpointing: bool = True, logprob_chunk_tokens: int = 1024, processes: int = 1,
+                    train_bytes: int = 4, compute_bytes: int = 2, lora: bool = False, reference_sharded: bool = False,
+                    lora_rank: int = 64, reference: bool = True, fsdp: bool = False, runtime: bool = True,
+                    ranks: int | None = None, **_: Any) -> dict[str, float]:
+    """Peak bytes of one GRPO update in one of `processes` processes: `total`, the larger of the start of the
+    second backward pass (state + reference + logits + layers + gathered units + runtime) and its end
+    (`end_of_backward`: the full state, the reference and the runtime, the activations gone). `processes` share
+    the state (FSDP2 or ZeRO-3; 1 for data parallel, which replicates it), `ranks` the launch's processes
+    (NCCL's buffers; default `processes`); `fsdp`: FSDP2 shards the policy (its gathered units count);
+    `runtime=False` leaves out the CUDA and NCCL figures (a measured allocator peak holds tensors only)."""
+    h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
+    P, m, w, n = n_params(shape), train_bytes, compute_bytes, processes
+    head = V * h
+    layer_params = P - head * (1 if shape.get("tie_word_embeddings", False) else 2)
+    tokens = micro_batch * (prompt_tokens + completion_tokens)
+    rows = micro_batch * completion_tokens
+    if lora:
+        adapters = lora_params(shape, lora_rank)
+        state_backward = w * P / n + (ADAPTER_BYTES - 4) * adapters / n  # frozen base; adapters without gradients
+        state_end = w * P / n + ADAPTER_BYTES * adapters / n
+        head_grad = 0.0
+    else:
+        state_backward = (m + 2 * m + m) * P / n  # weights, Adam's moments, PCGrad's saved gradient
+        state_end = (m + 2 * m + m + m) * P / n  # ... and every gradient of this role
+        head_grad = m * head / n
+    ref = (w * P / (n if reference_sharded else 1)) if reference else 0.0
+    if checkpointing:
+        layers = 4 * tokens * h * L
+    else:
+        layers = tokens * L * (LAYER_H * h + LAYER_I * shape["intermediate_size"]) + w * layer_params
+    logits = logits_bytes(rows, V, logprob_chunk_tokens)
+    units = 0.0
+    if fsdp and n > 1:
+        trained = 0 if lora else 1  # a frozen base gathers no gradient
+        units = (w + trained * (w + 4)) * (head + h) + 2 * (w + trained * (w + 4)) * layer_params / L
+    run = (CUDA_RUNTIME + (NCCL_BUFFERS if (ranks or n) > 1 else 0.0)) if runtime else 0.0
+    at_logits = state_backward + ref + head_grad + logits + layers + units + run
+    at_end = state_end + ref + run
+    terms = {"state": state_backward + head_grad, "reference": ref, "logits": logits, "layers": layers,
+             "units": units, "runtime": run, "end_of_backward": at_end, "total": max(at_logits, at_end)}
+    return terms
