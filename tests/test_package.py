@@ -113,3 +113,28 @@ def test_each_package_says_what_it_owns():
     for init in sorted(root.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 60, init
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 500, 80, 8
+
+
+def test_every_module_and_function_of_the_library_is_small():
+    """No module over 500 lines, no function over 80 lines or with more than 8 parameters (`self`/`cls` not
+    counted): a larger piece is split, a longer parameter list passes its config section or a small dataclass."""
+    from pathlib import Path
+
+    root = Path(acesql_lib.__file__).parent
+    large = []
+    for path in sorted(root.rglob("*.py")):
+        text, where = path.read_text(), path.relative_to(root.parent)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            large.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                names = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x]
+                count = len(names) - (names[:1] in (["self"], ["cls"]))
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS:
+                    large.append(f"{where}:{node.lineno} {node.name}: {lines} lines, {count} parameters")
+    assert large == [], "\n".join(large)
