@@ -36,16 +36,16 @@ def write_bird_dev(root: Path) -> Path:
 
 def eval_prompt_lengths(examples, schemas, tokenizer, cfg) -> list[tuple[int, int]]:
     """Per question, the token lengths of the evaluation's retriever prompt and of its generator prompt on the whole
-    schema, with the schema text the evaluation gives it (`values_index.attach`, as `evaluate` attaches it)."""
+    schema, with the schema text the evaluation gives it (`task.profile_schema`, as `evaluate` builds its tasks)."""
     from acesql_lib.config.paths import Paths
     from acesql_lib.roles.prompts import evaluation_style
     from acesql_lib.train.rollouts import Task, generator_prompt, prompt_tokens, retriever_prompt
-    from acesql_lib.data.values_index import attach
+    from acesql_lib.data.task import profile_schema
 
     style, thinking = evaluation_style(cfg.model.prompt_style), cfg.engine.enable_thinking
     out = []
     for ex in examples:
-        schema = attach(schemas[ex.db_id], ex.db_path, cfg.data, Paths.from_config(cfg).run / "values_index")
+        schema = profile_schema(schemas[ex.db_id], ex.db_path, cfg.data, Paths.from_config(cfg).run / "values_index")
         task = Task(ex, schema)
         every = frozenset(f"{t.name}.{c.name}" for t in schema.tables for c in t.columns)
         out.append((len(prompt_tokens(retriever_prompt(task, tokenizer, style, thinking), tokenizer)),

@@ -26,6 +26,13 @@ POOL = AUTHORS / "initial_pool.json"
 VALIDATION = AUTHORS / "validation.parquet"
 
 
+def kit_data(n_values: int):
+    """Data settings under which a task's schema text is the kit's DDL with `n_values` sampled values."""
+    from acesql_lib.config.settings import DataConfig
+
+    return DataConfig(schema_style="kit", relevant_values=False, n_example_values=n_values)
+
+
 @pytest.fixture(scope="module")
 def released():
     """The raw JSON parsed here, independently of the module, and the module's reading of it."""
@@ -120,7 +127,7 @@ def test_a_parquet_copy_of_the_pool_reads_the_same(tmp_path, released):
 
 
 def test_validation_rows_load_into_rl_tasks(rows):
-    tasks = A.rl_tasks(rows, n_values=2)
+    tasks = A.rl_tasks(rows, kit_data(2))
     assert len(tasks) == 40 and len({t.qid for t in tasks}) == 40
     for r, t in zip(rows, tasks):
         assert t.qid == A.pool_key(r.example.db_id, r.example.question) == r.key
@@ -136,7 +143,7 @@ def test_validation_rows_load_into_rl_tasks(rows):
 
 def test_gold_column_indices_name_the_gold_sqls_column_set(rows):
     """The index convention: positions in column_names_original, '*' at 0."""
-    tasks = A.rl_tasks(rows, n_values=0)
+    tasks = A.rl_tasks(rows, kit_data(0))
     agree = sum(column_set(t.example.sql, t.schema) == r.gold_columns for r, t in zip(rows, tasks))
     assert agree == 40
     assert rows[0].gold_columns == {"participants.participant_id", "participants.age", "age_data.participant_id",
@@ -146,7 +153,7 @@ def test_gold_column_indices_name_the_gold_sqls_column_set(rows):
 
 def test_release_pool_for_the_validation_questions_by_name(released, rows):
     plain, raw, _ = released
-    tasks = A.rl_tasks(rows, n_values=0)
+    tasks = A.rl_tasks(rows, kit_data(0))
     pool, counts = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     assert counts == {"questions_loaded": 40, "released_questions_not_used": 2913}
     for r in rows:
@@ -161,7 +168,7 @@ def test_release_pool_for_the_validation_questions_by_name(released, rows):
 def test_the_released_pool_trains_like_any_pool(tmp_path, released, rows):
     """Visit, decay and add on a loaded released pool; it survives a save and load unchanged."""
     _, raw, _ = released
-    tasks = A.rl_tasks(rows[:1], n_values=0)
+    tasks = A.rl_tasks(rows[:1], kit_data(0))
     pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
     key, gold = rows[0].key, rows[0].gold_columns
     alt = next(s for s in pool.weights(key) if s != gold)
@@ -248,7 +255,7 @@ def test_seed_gold_rebuilds_the_released_pool_of_the_validation_questions(releas
     """Take the 0.5 gold seeds out of the released pool (what plain SFT counts would give) and seed
     again: the released pool comes back on all 40 rows."""
     _, raw, _ = released
-    tasks = A.rl_tasks(rows, n_values=0)
+    tasks = A.rl_tasks(rows, kit_data(0))
     pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     data = pool.to_dict()
     for q in data["questions"].values():
@@ -314,7 +321,7 @@ def authors_over(tmp_path, release):
 def test_pool_init_authors_file_with_other_questions_is_a_clear_error(tmp_path, release, rows):
     cfg = load_config("paper", {"grpo.pool_init": "authors_file",
                                 "grpo.authors_pool_file": str(release / "RL" / "data" / "initial_pool.json")})
-    tasks = A.rl_tasks(rows[:3], n_values=0)
+    tasks = A.rl_tasks(rows[:3], kit_data(0))
     pool = P.initial_pool(cfg, Paths.from_config(cfg), tasks)  # their questions, by db_id||question
     assert pool.weights(tasks[0].qid)[rows[0].gold_columns] == 0.5
     for t in tasks:

@@ -6,7 +6,9 @@ import pytest
 
 from acesql_lib.config.settings import load_config
 from acesql_lib.data.datasets import load_synsql
-from acesql_lib.train.distill import build_products, make_tasks, run_distillation, save_products, usable
+from acesql_lib.config.settings import DataConfig
+from acesql_lib.data.task import build_tasks
+from acesql_lib.train.distill import build_products, run_distillation, save_products, usable
 from acesql_lib.models.engines import HFEngine
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import world_text
@@ -15,7 +17,8 @@ from acesql_lib.data.tinyworld import world_text
 @pytest.fixture(scope="module")
 def tasks(small_world):
     world = small_world
-    return world, make_tasks(load_synsql(world.train_json, world.train_db_root).examples[:6], n_values=0)
+    return world, build_tasks(load_synsql(world.train_json, world.train_db_root).examples[:6],
+                              DataConfig(schema_style="kit", relevant_values=False, n_example_values=0))
 
 
 def record(task, gen):

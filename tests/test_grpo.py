@@ -284,7 +284,9 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
     questions' pool comes from these rollouts, a rerun reads the products back, and GRPO trains on them."""
     import acesql_lib.models.engines as engines
     from acesql_lib.data.datasets import load_synsql
-    from acesql_lib.train.distill import _pool_set, make_tasks, select_by_model
+    from acesql_lib.config.settings import DataConfig
+    from acesql_lib.data.task import build_tasks
+    from acesql_lib.train.distill import _pool_set, select_by_model
     from acesql_lib.data.filtering import save_pool
     from acesql_lib.models.loading import model_tag
     from acesql_lib.roles.pool import ColumnSetPool
@@ -320,7 +322,7 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
     stage1_pool = ColumnSetPool.load(run / "distill" / "pool.json", gamma=0.5)
     for q in stage1_val:
         assert pool.targets(q) == stage1_pool.targets(q)
-    tasks = {t.qid: t for t in make_tasks(candidates, 0)}
+    tasks = {t.qid: t for t in build_tasks(candidates, DataConfig(schema_style="kit", relevant_values=False, n_example_values=0))}
     for r in records:  # one weight per correct rollout, by stage 1's rule for what a rollout gives the pool
         if r["qid"] in train:
             n_sets = sum(1 for g in r["generator"] if _pool_set(ctx.cfg, tasks[r["qid"]], g))

@@ -40,7 +40,7 @@ def test_tiny_profile_prompts_are_unchanged(golden):
     from transformers import AutoTokenizer
 
     from acesql_lib.data.datasets import load_synsql
-    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.data.task import build_tasks
     from acesql_lib.data.tinyworld import build_tinyworld
 
     cfg = load_config("tiny")
@@ -48,8 +48,7 @@ def test_tiny_profile_prompts_are_unchanged(golden):
     tok = AutoTokenizer.from_pretrained(str(ROOT / "data" / "tiny_base"))
     with tempfile.TemporaryDirectory() as d:
         world = build_tinyworld(Path(d) / "world", seed=0, n_train=40, n_dev=10)
-        tasks = make_tasks(load_synsql(world.train_json, world.train_db_root).examples[:12],
-                           cfg.data.n_example_values, cfg.data.example_max_chars, data_cfg=cfg.data)
+        tasks = build_tasks(load_synsql(world.train_json, world.train_db_root).examples[:12], cfg.data)
         assert len(tasks) == len(golden["tiny_world"]) == 12
         for t, want in zip(tasks, golden["tiny_world"]):
             ex, gold = t.example, t.gold_columns
@@ -125,7 +124,7 @@ def _kit_tasks(raw_rows, cfg):
     from acesql_lib.roles.prompts import question_text
     from acesql_lib.train.rollouts import Task
     from acesql_lib.data.schema import Schema
-    from acesql_lib.data.values_index import attach
+    from acesql_lib.data.task import profile_schema
 
     tasks = []
     for r in raw_rows:
@@ -133,7 +132,7 @@ def _kit_tasks(raw_rows, cfg):
         ex = Example(x["pool_key"], x["db_id"], x["question"], x["evidence"], gt["sql"], "", "", "synsql", "")
         schema = Schema.from_tables_json(json.loads(x["db_info"]), source="db_info")
         schema.set_examples(json.loads(x["sampled_values"]), source="sampled_values")
-        attach(schema, f"/nonexistent/databases/{ex.db_id}/{ex.db_id}.sqlite", cfg.data, cache_dir=None)
+        profile_schema(schema, f"/nonexistent/databases/{ex.db_id}/{ex.db_id}.sqlite", cfg.data, values_cache=None)
         schema.values_index = _GivenValues(question_text(ex.question, ex.evidence), json.loads(x["relavant_values"]))
         tasks.append(Task(ex, schema))
     return tasks

@@ -297,7 +297,7 @@ def test_tiny_base_trains_on_the_prompts_distillation_shows(tmp_path):
     values first), byte for byte the retriever and generator prompts of distillation; trained on the
     kit's DDL text instead, it got no rollout right."""
     from acesql_lib.data.datasets import load_synsql
-    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.data.task import build_tasks
     from acesql_lib.config.paths import Paths
     from acesql_lib.roles.prompts import generator_messages, retriever_messages
     from acesql_lib.pipeline.tinybase import gold_samples, profile_schemas
@@ -309,8 +309,7 @@ def test_tiny_base_trains_on_the_prompts_distillation_shows(tmp_path):
     style = cfg.model.prompt_style  # the authors' training prompts, as the paper profile's
     assert style == "authors"
     samples, skipped = gold_samples(pool, profile_schemas(cfg, paths, pool), style=style)
-    tasks = make_tasks(pool, cfg.data.n_example_values, cfg.data.example_max_chars, cfg.data,
-                       paths.run / "values_index")
+    tasks = build_tasks(pool, cfg.data, paths.run / "values_index")
     assert skipped == 0 and len(samples) == 2 * len(tasks)
     for task, ret, gen in zip(tasks, samples[::2], samples[1::2]):
         ex = task.example

@@ -13,7 +13,8 @@ import pytest
 from acesql_lib.config.settings import DataConfig
 from acesql_lib.roles.prompts import question_text
 from acesql_lib.data.schema import Schema
-from acesql_lib.data.values_index import (ValuesIndex, attach, database_values, match_share, open_index,
+from acesql_lib.data.task import profile_schema
+from acesql_lib.data.values_index import (ValuesIndex, database_values, match_share, open_index,
                                      question_queries)
 from repo_paths import FIXTURES
 
@@ -166,20 +167,20 @@ def test_missing_database_is_named(tmp_path):
         open_index(tmp_path / "nope.sqlite", tmp_path / "cache")
 
 
-def test_attach_puts_relevant_values_first_in_the_prompt_schema(shop_db, tmp_path):
-    schema = attach(Schema.from_sqlite(shop_db), shop_db, DataConfig(), tmp_path / "cache")
+def test_the_profile_schema_puts_relevant_values_first_in_the_prompt(shop_db, tmp_path):
+    schema = profile_schema(Schema.from_sqlite(shop_db), shop_db, DataConfig(), tmp_path / "cache")
     text = schema.text_for("Sales of Site A?")
     assert "    name TEXT, -- example: ['Site A', 'Site B']" in text  # authors' style, relevant value first
     assert "CONSTRAINT" not in text and text.startswith("CREATE TABLE stores (\n    id INTEGER,")
     assert "example: ['Site A'" not in schema.text_for("q", selected={"stores.name"}).replace(
         "['Site B', 'Site A']", "")  # no relevant value for this question: sampled order
-    off = attach(Schema.from_sqlite(shop_db), shop_db, DataConfig(schema_style="kit", relevant_values=False),
+    off = profile_schema(Schema.from_sqlite(shop_db), shop_db, DataConfig(schema_style="kit", relevant_values=False),
                  tmp_path / "cache2")
     assert off.values_index is None and off.text_for("Sales of Site A?") == off.to_ddl()
     assert not (tmp_path / "cache2").exists()
 
 
-def test_attach_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_path):
+def test_the_profile_schema_in_the_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_path):
     """SynSQL layout: <dir>/databases/<db>/<db>.sqlite beside <dir>/tables.json."""
     root = tmp_path / "synsql"
     db = root / "databases" / "shop" / "shop.sqlite"
@@ -190,22 +191,22 @@ def test_attach_authors_style_takes_descriptions_from_tables_json(shop_db, tmp_p
         "column_names_original": [[-1, "*"], [0, "id"], [0, "name"]],
         "column_names": [[-1, "*"], [0, "Store id "], [0, "name"]],
         "column_types": ["text", "integer", "TEXT"], "primary_keys": [1], "foreign_keys": []}]))
-    schema = attach(Schema.from_sqlite(db), db, DataConfig(relevant_values=False), None)
+    schema = profile_schema(Schema.from_sqlite(db), db, DataConfig(relevant_values=False), None)
     text = schema.to_ddl({"stores.id", "stores.name"})
     assert text == ("CREATE TABLE stores (\n    id integer, -- Store id , example: [1, 2]\n"
                     "    name TEXT, -- example: ['Site B', 'Site A']\n    PRIMARY KEY (id)\n);")
-    kit = attach(Schema.from_sqlite(db), db, DataConfig(schema_style="kit", relevant_values=False), None)
+    kit = profile_schema(Schema.from_sqlite(db), db, DataConfig(schema_style="kit", relevant_values=False), None)
     assert kit.table("stores").columns[0].description == ""  # the kit style reads the database only
 
 
 def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_db, tmp_path):
     from acesql_lib.config.settings import load_config
     from acesql_lib.data.datasets import Example
-    from acesql_lib.train.distill import make_tasks
+    from acesql_lib.data.task import build_tasks
     from acesql_lib.roles.prompts import generator_messages, retriever_messages
 
     ex = Example("q1", "shop", "Total sales of Site A?", "", "SELECT 1", "", "", "synsql", str(shop_db))
-    (task,) = make_tasks([ex], 2, 40, load_config("paper").data, tmp_path / "values_index")
+    (task,) = build_tasks([ex], load_config("paper").data, tmp_path / "values_index")
     assert task.relevant_values == {"stores.name": ["Site A"]}
     retriever = retriever_messages(task.full_ddl, ex.question)[0]["content"]
     assert "    name TEXT, -- example: ['Site A', 'Site B']" in retriever
@@ -213,7 +214,7 @@ def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_d
     assert pruned == ("CREATE TABLE stores (\n    name TEXT, -- example: ['Site A', 'Site B']\n);\n\n"
                       "CREATE TABLE sales (\n    amount REAL, -- example: [2.5, 3.0]\n);")
     assert pruned in generator_messages(pruned, ex.question)[0]["content"]
-    (tiny,) = make_tasks([ex], 2, 40, load_config("tiny").data, tmp_path / "tiny_index")
+    (tiny,) = build_tasks([ex], load_config("tiny").data, tmp_path / "tiny_index")
     assert tiny.relevant_values is None and tiny.full_ddl == tiny.schema.to_ddl()
     assert tiny.full_ddl.startswith("CREATE TABLE stores (\n  id INTEGER")
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..data.datasets import Example
 from ..roles.pool import ColumnSetPool
-from ..data.task import Task
+from ..data.task import Task, build_tasks
 from ..data.schema import Schema
 
 log = logging.getLogger(__name__)
@@ -373,14 +373,14 @@ def read_rl_rows(path: str | Path, db_root: str | Path | None = None) -> tuple[l
     return rows, report
 
 
-def row_schema(row: AuthorsRow, n_values: int = 2, max_chars: int = 40, data_cfg: Any = None) -> Schema:
-    """The row's database schema from its `db_info`, with up to `n_values` of its sampled values
-    per column as examples (strings cut to `max_chars`, as the kit's SQLite reader does). With
-    `data_cfg`, the schema text is the profile's (`data.schema_style`, `data.max_example_values`):
-    under the paper profile the authors' text, which their prompts show byte for byte."""
+def row_schema(row: AuthorsRow, data: Any) -> Schema:
+    """The row's database schema from its `db_info`, with up to `data.n_example_values` of its sampled values
+    per column as examples (strings cut to `data.example_max_chars`, as the kit's SQLite reader does); its text
+    is the profile's (`task.profile_schema`): under the paper profile the authors' text, which their prompts
+    show byte for byte."""
     schema = Schema.from_tables_json(row.db_info, source=f"db_info of {row.example.db_id!r}")
-    if data_cfg is not None:
-        schema.text_style, schema.max_values = data_cfg.schema_style, data_cfg.max_example_values
+    schema.text_style = data.schema_style  # its descriptions are the row's own: none to adopt from a tables.json
+    n_values, max_chars = data.n_example_values, data.example_max_chars
     if n_values > 0:
         by_lower = {k.lower(): v for k, v in row.sampled_values.items() if isinstance(v, list)}
         for t in schema.tables:
@@ -390,19 +390,17 @@ def row_schema(row: AuthorsRow, n_values: int = 2, max_chars: int = 40, data_cfg
     return schema
 
 
-def rl_tasks(rows: Sequence[AuthorsRow], n_values: int = 2, max_chars: int = 40, data_cfg: Any = None) -> list[Task]:
-    """Kit tasks for the released rows; one schema object per database. With `data_cfg` (the profile's
-    `data` section) the schemas get its text style and, with `data.relevant_values`, each task the
-    question-relevant values its row carries (`relavant_values`, which the authors' prompts show
-    first in `example:`): their prompts, rebuilt from the row, byte for byte."""
+def rl_tasks(rows: Sequence[AuthorsRow], data: Any) -> list[Task]:
+    """Kit tasks for the released rows under the profile's `data` settings (`task.build_tasks`); one schema
+    object per database, from its rows' `db_info`. With `data.relevant_values` each task has the
+    question-relevant values its row carries (`relavant_values`, which the authors' prompts show first in
+    `example:`): their prompts, rebuilt from the row, byte for byte."""
     schemas: dict[str, Schema] = {}
-    tasks = []
     for r in rows:
         if r.example.db_id not in schemas:
-            schemas[r.example.db_id] = row_schema(r, n_values, max_chars, data_cfg)
-        given = r.relevant_values if data_cfg is not None and data_cfg.relevant_values else None
-        tasks.append(Task(r.example, schemas[r.example.db_id], given_values=given))
-    return tasks
+            schemas[r.example.db_id] = row_schema(r, data)
+    given = {r.example.id: r.relevant_values for r in rows} if data.relevant_values else None
+    return build_tasks([r.example for r in rows], data, None, schemas=schemas, given_values=given)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,7 +469,7 @@ def release_tasks(cfg: Any, paths: Any = None) -> tuple[list[Task], list[Task]]:
     for what in ("rl_train", "rl_validation"):
         rows, report = read_rl_rows(release_file(root, what), db_root)
         print(f"[authors] {report.summary()}")
-        out.append(rl_tasks(rows, cfg.data.n_example_values, cfg.data.example_max_chars, cfg.data))
+        out.append(rl_tasks(rows, cfg.data))
     if not out[0]:
         raise ValueError(f"{release_file(root, 'rl_train')}: no usable RL rows")
     return out[0], out[1]

@@ -268,23 +268,3 @@ def _place(tmp: Path, folder: Path, sig: dict[str, Any], unique: str) -> bool:
             pass  # set aside by another process already, or gone
     shutil.rmtree(tmp, ignore_errors=True)
     return False
-
-
-def attach(schema: Any, db_path: str | Path, data_cfg: Any, cache_dir: str | Path | None) -> Any:
-    """Give `schema` the profile's text style and, when `data.relevant_values` is on, its values index
-    (built or loaded from `cache_dir`; kept when already attached). In the authors' style the
-    column descriptions and spelled types come from the database's tables.json when there is one
-    (their source; BIRD's description CSVs are the kit's). Returns the schema."""
-    from .schema import find_tables_json, tables_json_schemas
-
-    if data_cfg.schema_style == "authors" and schema.text_style != "authors":
-        found = find_tables_json(db_path)
-        entry = tables_json_schemas(found).get(schema.db_id) if found else None
-        if entry is not None:
-            schema.adopt_descriptions(entry)
-    schema.text_style = data_cfg.schema_style
-    schema.max_values = data_cfg.max_example_values
-    if data_cfg.relevant_values and cache_dir is not None and schema.values_index is None:
-        schema.values_index = open_index(db_path, cache_dir, top_k=data_cfg.values_top_k,
-                                         min_match=data_cfg.values_min_match, max_hits=data_cfg.values_max_hits)
-    return schema

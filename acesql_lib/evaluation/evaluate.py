@@ -60,7 +60,7 @@ from ..config.paths import Paths, resolve
 from ..roles.prompts import evaluation_style
 from ..train.rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
                               select, unanswered)
-from ..data.task import Task
+from ..data.task import build_tasks
 from ..data.routes import alternative_route, route_share
 from ..data.schema import Schema
 from ..runtime.timing import as_metrics, since, totals
@@ -184,15 +184,11 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # prompts per engine call (the progress bar moves per call): greedy calls take engine.hf_greedy_batch_size
     chunk = cfg.engine.hf_greedy_batch_size
     style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
-    from ..data.values_index import attach  # the profile's schema text and question-relevant values (§2)
-
-    cache = Paths.from_config(cfg).run / "values_index"
-    # a set whose prompts show no question-relevant values (EvalSet.relevant_values false): none, no index
-    given = None if relevant_values else {}
-    data_cfg = cfg.data if given is None else dataclasses.replace(cfg.data, relevant_values=False)
-    for ex in examples:
-        attach(schemas[ex.db_id], ex.db_path, data_cfg, cache)  # cheap once attached
-    tasks = [Task(ex, schemas[ex.db_id], given_values=given) for ex in examples]
+    # the profile's schema text and question-relevant values (§2); a set whose prompts show no question-relevant
+    # values (EvalSet.relevant_values false): none, no index
+    data_cfg = cfg.data if relevant_values else dataclasses.replace(cfg.data, relevant_values=False)
+    given = None if relevant_values else {ex.id: {} for ex in examples}
+    tasks = build_tasks(examples, data_cfg, Paths.from_config(cfg).run / "values_index", schemas, given)
 
     # the engine's context: eval.max_model_len, or the engine's own where it is smaller (a vLLM engine handed in)
     context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)

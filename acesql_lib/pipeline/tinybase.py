@@ -296,15 +296,15 @@ def load_train_pool(cfg: Config, world: TinyWorld) -> list[Any]:
 
 def profile_schemas(cfg: Config, paths: Paths, pool: Sequence[Any]) -> dict[str, Any]:
     """db_id -> Schema with the text the profile's prompts show (`data.schema_style`, question-relevant
-    values with `data.relevant_values`), as `distill.make_tasks` gives them: a base trained on the kit's
+    values with `data.relevant_values`), as `task.build_tasks` gives them: a base trained on the kit's
     DDL text reads the authors' text as unseen input (the rehearsal's base then got no rollout right)."""
     schemas = schemas_for(pool, cfg.data.n_example_values, cfg.data.example_max_chars)
     if cfg.data.schema_style != "kit" or cfg.data.relevant_values:
-        from ..data.values_index import attach
+        from ..data.task import profile_schema
 
         db_paths = {ex.db_id: ex.db_path for ex in pool}
         for db_id, schema in schemas.items():
-            attach(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
+            profile_schema(schema, db_paths[db_id], cfg.data, paths.run / "values_index")
     return schemas
 
 

@@ -23,36 +23,15 @@ from ..runtime.progress import tqdm
 
 from ..config.settings import Config
 from ..runtime.reuse_keys import settings_hash
-from ..data.datasets import Example, schema_for
+from ..data.datasets import Example
 from ..executor import execute
 from ..roles.pool import ColumnSetPool
 from ..roles.prompts import generator_messages, parse_think, retriever_messages, retriever_target
 from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
-from ..data.task import Task
+from ..data.task import Task, build_tasks
 from ..data.routes import route_share
 from ..data.schema import Schema
 from ..runtime.timing import PHASES_LOG, add_totals, append_phases, since, totals
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks: examples with their schemas (one Schema per database, read once)
-
-
-def make_tasks(examples: Sequence[Example], n_values: int = 2, max_chars: int = 40, data_cfg: Any = None,
-               values_cache: str | Path | None = None) -> list[Task]:
-    """Tasks with one schema per database; with `data_cfg` the schemas get the profile's text style and
-    values index (`values_index.attach`, index cached under `values_cache`)."""
-    schemas: dict[str, Schema] = {}
-    tasks = []
-    for ex in examples:
-        if ex.db_path not in schemas:
-            schemas[ex.db_path] = schema_for(ex.db_path, n_values, max_chars)
-            if data_cfg is not None:
-                from ..data.values_index import attach
-
-                attach(schemas[ex.db_path], ex.db_path, data_cfg, values_cache)
-        tasks.append(Task(ex, schemas[ex.db_path]))
-    return tasks
 
 
 def usable(tasks: Sequence[Task], timeout_s: float) -> tuple[list[Task], Counter]:
@@ -363,10 +342,8 @@ def load_rl_tasks(cfg: Config, paths: Any, folder: str | Path | None = None) -> 
         raise FileNotFoundError(f"{path}: no RL question set; run {step} first")
     data = json.loads(path.read_text())
     cache = Path(paths.run) / "values_index"
-    train = make_tasks([Example(**e) for e in data["train"]], cfg.data.n_example_values, cfg.data.example_max_chars,
-                       cfg.data, cache)
-    val = make_tasks([Example(**e) for e in data["validation"]], cfg.data.n_example_values, cfg.data.example_max_chars,
-                     cfg.data, cache)
+    train = build_tasks([Example(**e) for e in data["train"]], cfg.data, cache)
+    val = build_tasks([Example(**e) for e in data["validation"]], cfg.data, cache)
     if not train:
         raise ValueError(f"{path}: the RL question set is empty; widen distill.rl_min_correct/rl_max_correct")
     return train, val
@@ -418,8 +395,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
     text = json.dumps(record, indent=1, sort_keys=True, default=str) + "\n"
     if settings.is_file() and settings.read_text() == text and (out / "rl_questions.json").is_file():
         return json.loads((out / "summary.json").read_text())
-    tasks, skipped = usable(make_tasks(rl_candidates(cfg, paths), cfg.data.n_example_values,
-                                       cfg.data.example_max_chars, cfg.data, Path(paths.run) / "values_index"),
+    tasks, skipped = usable(build_tasks(rl_candidates(cfg, paths), cfg.data, Path(paths.run) / "values_index"),
                             d.exec_timeout_s)
     engine, tokenizer = sampling_engine(cfg, model_path)
     try:
