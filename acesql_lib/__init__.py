@@ -2,7 +2,7 @@
 
 The names a user starts from are importable from the package (`from acesql_lib import RunContext, run_pipeline`);
 each is loaded from its module on first use, so `import acesql_lib` stays light (no torch, no transformers).
-Everything else is imported from its module, e.g. `from acesql_lib.train.grpo import ABLATIONS`. Importing the package
+Everything else is imported from its module, e.g. `from acesql_lib.train.grpo_run import ABLATIONS`. Importing the package
 sets how progress bars draw (acesql_lib/runtime/progress.py: widgets in JupyterLab, text under the pipeline runner).
 """
 from importlib import import_module
@@ -28,7 +28,7 @@ PUBLIC = {
     "RolloutSpec": "train.rollouts", "SamplingSpec": "train.rollouts", "rollout": "train.rollouts",
     "run_distillation": "train.distill",
     "train_sft": "train.sft",
-    "build_trainer": "train.grpo",
+    "build_trainer": "train.grpo_run",
     "evaluate_sets": "evaluation.evaluate", "evaluate_checkpoints": "evaluation.evaluate", "evaluate_baseline": "evaluation.evaluate",
     "build_tables": "reports",
     "preflight_table": "pipeline.preflight",

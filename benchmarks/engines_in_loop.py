@@ -31,7 +31,7 @@ SMOKE = {"grpo.max_steps": 2, "grpo.val_every": 2, "grpo.save_every": 2, "eval.m
 
 def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, float]:
     from acesql_lib.config.context import RunContext
-    from acesql_lib.train.grpo import build_trainer
+    from acesql_lib.train.grpo_run import build_trainer
     from rl_setup import rl_overrides
 
     shutil.copytree(template, work)
@@ -43,9 +43,9 @@ def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, flo
     trainer.train()
     trainer.engine.close()
     log = [json.loads(x) for x in (trainer.out / "metrics.jsonl").read_text().splitlines()][1:]
-    n = trainer.g.batch_questions
-    tokens = [n * (trainer.g.n_retriever * m["completion_length/retriever"] +
-                   trainer.g.n_generator * m["completion_length/generator"]) for m in log]  # per step, all samples
+    n = trainer.grpo.batch_questions
+    tokens = [n * (trainer.grpo.n_retriever * m["completion_length/retriever"] +
+                   trainer.grpo.n_generator * m["completion_length/generator"]) for m in log]  # per step, all samples
     step_s = sum(m["time/step_s"] for m in log)
     return {"build_s": build_s, "step_s": step_s / len(log), "rollout_s": sum(m["time/rollout_s"] for m in log) / len(log),
             "rollout_share": sum(m["time/rollout_s"] for m in log) / step_s,

@@ -1,4 +1,4 @@
-"""The executor's first call from a process like `python -m acesql_lib.train.grpo`: workers started without
+"""The executor's first call from a process like `python -m acesql_lib.train.grpo_run`: workers started without
 the caller's main module (the kit's way) beside workers that run it first (multiprocessing's default).
 
 A caller module that imports what the GRPO entry point imports (torch, transformers, the kit's trainer)
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 CALLER = '''
 import contextlib, json, sqlite3, sys, time
 import torch, transformers  # noqa: F401  what the GRPO entry point holds
-import acesql_lib.train.grpo  # noqa: F401
+import acesql_lib.train.grpo_run  # noqa: F401
 from acesql_lib.executor import score_batch, workers
 
 if __name__ == "__main__":

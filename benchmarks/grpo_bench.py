@@ -53,7 +53,8 @@ from acesql_lib.train import grpo as grpo_module  # noqa: E402
 from acesql_lib.config.context import RunContext  # noqa: E402
 from acesql_lib.models.engines import stop_token_ids  # noqa: E402
 from acesql_lib.executor import score_batch  # noqa: E402
-from acesql_lib.train.grpo import JointGRPO, build_trainer  # noqa: E402
+from acesql_lib.train.grpo import JointGRPO  # noqa: E402
+from acesql_lib.train.grpo_run import build_trainer  # noqa: E402
 from acesql_lib.train.pcgrad import combine_into_grads, save_grads  # noqa: E402
 from acesql_lib.roles.prompts import generator_messages, parse_generator  # noqa: E402
 from acesql_lib.roles.rewards import LengthPenalty, make_generator_reward_fn  # noqa: E402
@@ -156,7 +157,7 @@ def bench_steps(run: Path, steps: int, scratch: Path, kv_cache: bool = True) -> 
     from acesql_lib.models.loading import load_policy
 
     ours = make_ours(run)
-    g = ours.g
+    g = ours.grpo
     ours_rows: list[dict[str, float]] = []
 
     def our_step(timed: bool) -> None:
@@ -250,7 +251,7 @@ def bench_pcgrad_time(trainer: JointGRPO, rolls: list, reps: int) -> dict[str, A
     for rep in range(reps + 1):  # rep 0 is a warm-up of each mode
         for mode in (modes if rep % 2 == 0 else modes[::-1]):
             restore(trainer, snap)
-            trainer.g = dataclasses.replace(trainer.g, pcgrad=mode)
+            trainer.grpo = dataclasses.replace(trainer.grpo, pcgrad=mode)
             t0, c0 = time.perf_counter(), time.process_time()
             report = trainer.update(rolls)
             dt, dc = time.perf_counter() - t0, time.process_time() - c0

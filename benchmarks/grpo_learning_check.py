@@ -30,7 +30,8 @@ _NOT_COPIED = ("grpo", "eval", "sft_trainer", "shards", "seed-*")  # RL runs and
 
 def run_seed(profile: str, overrides: dict, seed: int, source: Path, work: Path, evaluate: bool = False) -> dict:
     from acesql_lib.config.context import RunContext
-    from acesql_lib.train.grpo import build_trainer, run_summary
+    from acesql_lib.train.grpo_metrics import run_summary
+    from acesql_lib.train.grpo_run import build_trainer
 
     run = work / f"seed{seed}"
     shutil.copytree(source, run, ignore=shutil.ignore_patterns(*_NOT_COPIED, "base"))

@@ -63,8 +63,9 @@ def measure(args: argparse.Namespace) -> dict:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from acesql_lib.config.settings import load_config
-    from acesql_lib.train.grpo import JointGRPO, RoleBatch
+    from acesql_lib.train.grpo import JointGRPO, RLQuestions
     from acesql_lib.train.memory import grpo_step_bytes
+    from acesql_lib.train.policy_loss import RoleBatch
     from acesql_lib.roles.pool import ColumnSetPool
 
     cuda = args.device == "cuda"
@@ -89,7 +90,7 @@ def measure(args: argparse.Namespace) -> dict:
     AcceleratorState._reset_state(True)
     acc = Accelerator(cpu=not cuda, mixed_precision="bf16")
     out = Path(tempfile.mkdtemp(prefix="grpo_memory_"))
-    trainer = JointGRPO(cfg, policy, reference, SimpleNamespace(pad_token_id=0), None, [], ColumnSetPool(), out,
+    trainer = JointGRPO(cfg, policy, reference, SimpleNamespace(pad_token_id=0), RLQuestions([], ColumnSetPool()), out,
                         accelerator=acc, progress=False)
     gen = torch.Generator().manual_seed(1)
 

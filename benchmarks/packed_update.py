@@ -35,7 +35,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]  # the kit, and the tests' RL ru
 import torch  # noqa: E402
 
 from acesql_lib.config.context import RunContext  # noqa: E402
-from acesql_lib.train.grpo import build_trainer  # noqa: E402
+from acesql_lib.train.grpo_run import build_trainer  # noqa: E402
+from acesql_lib.train.policy_loss import logprob_fn, role_batch  # noqa: E402
 from rl_setup import build_rl_run, rl_overrides  # noqa: E402
 
 LAYOUTS = (False, True)  # grpo.packed_prompts
@@ -57,11 +58,12 @@ def trainer_for(run: Path | None, world: Path | None, scratch: Path):
 
 def role_pass(trainer, batch, packed: bool) -> tuple[float, torch.Tensor, list[torch.Tensor]]:
     """Seconds of the policy's forward + backward and the reference's forward; the log-probs and gradients."""
-    trainer.g = dataclasses.replace(trainer.g, packed_prompts=packed)
+    trainer.grpo = dataclasses.replace(trainer.grpo, packed_prompts=packed)
     model = trainer.model
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    logprobs, cmask = trainer._logprob_fn(batch.prompt_ids, batch.completion_ids)
+    logprobs, cmask = logprob_fn(batch.prompt_ids, batch.completion_ids, trainer.tokenizer.pad_token_id, trainer.acc.device,
+                                 trainer.grpo)
     logp = logprobs(model)
     if trainer.reference is not None:
         with torch.no_grad():
@@ -85,10 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
         trainer.model.train()
         batches = []
         for _ in range(args.steps):
-            rolls = trainer.collect()
+            rolls = trainer.collect().rollouts
             for role in ("retriever", "generator"):
                 n = len(getattr(rolls[0], role).completions)
-                batches.append((role, trainer._role_batch(rolls, role, torch.zeros(len(rolls), n))))
+                batches.append((role, role_batch(rolls, role, torch.zeros(len(rolls), n), trainer.tokenizer)))
         times = {(role, p): [] for role in ("retriever", "generator") for p in LAYOUTS}
         worst_logp = {"retriever": 0.0, "generator": 0.0}
         worst_grad = {"retriever": 0.0, "generator": 0.0}

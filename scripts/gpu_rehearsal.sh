@@ -23,7 +23,7 @@ echo "pipeline: $(( $(date +%s) - start )) s"
 "$PY" scripts/gpu_rehearsal_checks.py --dtype bfloat16
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   LAUNCH=("$PY" -m accelerate.commands.launch --config_file configs/accelerate/fsdp.yaml --num_processes 2
-          -m acesql_lib.train.grpo --config rehearsal --set "${SET[@]}" grpo.max_steps=4 grpo.save_every=2)
+          -m acesql_lib.train.grpo_run --config rehearsal --set "${SET[@]}" grpo.max_steps=4 grpo.save_every=2)
   timeout --signal=KILL 900 "${LAUNCH[@]}" --stop-after 2   # a pause after the step-2 checkpoint
   "${LAUNCH[@]}"                                         # resumes at step 2, runs to 4
   test -f runs/rehearsal_gpu/grpo/full/final/config.json && echo "2-GPU FSDP2 launch: resumed and finished"

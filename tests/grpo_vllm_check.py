@@ -14,7 +14,7 @@ from pathlib import Path
 def main(run: Path, steps: int) -> dict:
     from acesql_lib.config.context import RunContext
     from acesql_lib.models.engines import HFEngine, VLLMEngine
-    from acesql_lib.train.grpo import build_trainer
+    from acesql_lib.train.grpo_run import build_trainer
     from rl_setup import rl_overrides
     from acesql_lib.train.rollouts import retriever_prompt
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import torch
 
 from acesql_lib.config.context import RunContext
-from acesql_lib.train.grpo import NonFiniteLoss, build_trainer
+from acesql_lib.train.grpo import NonFiniteLoss
+from acesql_lib.train.grpo_run import build_trainer
 from acesql_lib.runtime.process_group import closed_at_the_end
 from rl_setup import rl_overrides
 

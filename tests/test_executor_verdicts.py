@@ -197,7 +197,7 @@ class TestNoCallHangs:
     @pytest.mark.parametrize("as_module", [False, True])
     @pytest.mark.parametrize("body", BODIES)
     def test_workers_never_run_the_callers_main_module(self, db, tmp_path, body, as_module):
-        """A script or a `python -m` module (`python -m acesql_lib.train.grpo`: torch and transformers) runs in its own
+        """A script or a `python -m` module (`python -m acesql_lib.train.grpo_run`: torch and transformers) runs in its own
         process only; the executor's workers start without it (before: once more in each worker)."""
         proc, _, runs = run_script(tmp_path, body.format(db=db), guard=True, as_module=as_module)
         assert proc.returncode == 0 and "RESULT" in proc.stdout, proc.stderr[-2000:]

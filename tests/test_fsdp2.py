@@ -111,12 +111,13 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
         sched.step()
         pool = ColumnSetPool(0.5)
         pool.add_question("q1", gold=["t.a"], correct_sets=[["t.a", "t.b"]])
-        ckpt.save(Path(folder) / "run", ckpt.TrainState(step=1), acc, straight, opt, sched, pool, load_config("tiny"))
+        ckpt.save(Path(folder) / "run", ckpt.TrainState(step=1), ckpt.TrainingObjects(acc, straight, opt, sched), pool,
+                  load_config("tiny"))
         _step(straight, opt, shift=5)  # the run that never stopped: step 2
         resumed = _shard(_qwen3(), mesh)  # a fresh launch
         opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
         sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda i: 1.0 / (i + 1))
-        state, pool2 = ckpt.load_latest(Path(folder) / "run", acc, resumed, opt2, sched2, gamma=0.5)
+        state, pool2 = ckpt.load_latest(Path(folder) / "run", ckpt.TrainingObjects(acc, resumed, opt2, sched2), gamma=0.5)
         _step(resumed, opt2, shift=5)  # step 2 after the resume
         a = {k: v.full_tensor() for k, v in straight.state_dict().items()}
         b = {k: v.full_tensor() for k, v in resumed.state_dict().items()}
@@ -156,13 +157,13 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     acc = Accelerator(cpu=True)
-    ckpt.load_latest(tmp_path / "run", acc, model, opt, sched, gamma=0.5)
+    ckpt.load_latest(tmp_path / "run", ckpt.TrainingObjects(acc, model, opt, sched), gamma=0.5)
     from acesql_lib.config.settings import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2
-    ckpt.save(tmp_path / "gathered", ckpt.TrainState(step=1), acc, model, opt, sched, ColumnSetPool(0.5),
-              load_config("tiny"))
+    ckpt.save(tmp_path / "gathered", ckpt.TrainState(step=1), ckpt.TrainingObjects(acc, model, opt, sched),
+              ColumnSetPool(0.5), load_config("tiny"))
     assert (tmp_path / "gathered" / "checkpoint-1" / "optimizer.pt").exists()
     _step(model, opt, shift=5)
     for name, tensor in model.state_dict().items():
@@ -188,7 +189,7 @@ def _gathered_rank(rank: int, world: int, folder: str, port: int) -> None:
         model = _shard(_qwen3(), init_device_mesh("cpu", (world,)))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
-        ckpt.load_latest(Path(folder) / "gathered", acc, model, opt, sched, gamma=0.5)
+        ckpt.load_latest(Path(folder) / "gathered", ckpt.TrainingObjects(acc, model, opt, sched), gamma=0.5)
         _step(model, opt, shift=5)
         torch.save({k: v.full_tensor() for k, v in model.state_dict().items()}, f"{folder}/gathered{rank}.pt")
     finally:
@@ -206,7 +207,7 @@ def _reference_rank(rank: int, world: int, folder: str, port: int) -> None:
 
     acc = Accelerator(cpu=True)  # as a rank of the FSDP2 launch has it on CPU
     try:
-        from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+        from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
         from acesql_lib.models.sharding import fsdp2_on_cpu, shard_reference
 
         assert fsdp2_on_cpu(acc)
@@ -219,7 +220,7 @@ def _reference_rank(rank: int, world: int, folder: str, port: int) -> None:
         held = sum(p.to_local().numel() for p in reference.parameters())
         prompts = [[3, 5, 7, 9], [11, 13]]
         completions = [[2, 4, 6], [8, 10, 12, 14, 16]]
-        ids, attn, pos, _, c_len = _pad_batch(prompts, completions, 0, torch.device("cpu"))
+        ids, attn, pos, _, c_len = pad_batch(prompts, completions, 0, torch.device("cpu"))
         with torch.no_grad():
             logp = completion_logprobs(reference, ids, attn, pos, c_len, chunk_tokens=4)
         gathered_after = [type(p).__name__ for p in reference.parameters()]
@@ -235,12 +236,12 @@ def test_the_reference_is_sharded_like_the_policy_and_scores_as_the_whole_model(
     """Each of 2 ranks holds about half of the frozen reference (accelerate's fsdp2_prepare_model, as the policy),
     rank 1 started from zeros gets rank 0's weights, the log-probabilities it gives are the unsharded model's, and
     after a forward pass every unit is back to its shard (no gathered weights held between steps)."""
-    from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+    from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
     from launching import free_port
 
     mp.start_processes(_reference_rank, args=(2, str(tmp_path), free_port()), nprocs=2, start_method="spawn")
     whole = _qwen3()
-    ids, attn, pos, _, c_len = _pad_batch([[3, 5, 7, 9], [11, 13]], [[2, 4, 6], [8, 10, 12, 14, 16]], 0,
+    ids, attn, pos, _, c_len = pad_batch([[3, 5, 7, 9], [11, 13]], [[2, 4, 6], [8, 10, 12, 14, 16]], 0,
                                           torch.device("cpu"))
     with torch.no_grad():
         expected = completion_logprobs(whole, ids, attn, pos, c_len)

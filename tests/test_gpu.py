@@ -44,7 +44,7 @@ def test_grpo_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tm
     from accelerate.state import AcceleratorState
 
     from acesql_lib.config.context import RunContext
-    from acesql_lib.train.grpo import build_trainer
+    from acesql_lib.train.grpo_run import build_trainer
 
     run = tmp_path / "run"
     shutil.copytree(rl_template, run)

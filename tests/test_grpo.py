@@ -16,7 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 from acesql_lib.config.context import RunContext
-from acesql_lib.train.grpo import NonFiniteLoss, build_trainer
+from acesql_lib.train.grpo import NonFiniteLoss
+from acesql_lib.train.grpo_run import build_trainer
 
 from rl_setup import rl_overrides
 from helpers_rl import fresh_run
@@ -28,7 +29,7 @@ from repo_paths import ROOT as REPO
 
 def cli(run: Path, *extra: str) -> list[str]:
     sets = [f"{k}={v}" for k, v in rl_overrides(run).items()] + list(extra)
-    return [sys.executable, "-m", "acesql_lib.train.grpo", "--config", "tiny", "--set", *sets]
+    return [sys.executable, "-m", "acesql_lib.train.grpo_run", "--config", "tiny", "--set", *sets]
 
 
 def params_of(folder: Path) -> dict[str, torch.Tensor]:
@@ -271,7 +272,7 @@ def test_trainer_reads_the_prompt_style_from_the_config(rl_template, tmp_path):
     ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert trainer.style == "paper"
-    rolls = trainer.collect()
+    rolls = trainer.collect().rollouts
     r = rolls[0]
     assert r.retriever.prompts[0] == retriever_prompt(r.task, trainer.tokenizer, "paper",
                                                       ctx.cfg.engine.enable_thinking)
@@ -368,7 +369,7 @@ def test_the_learning_rate_steps_once_per_optimizer_step_whatever_the_process_co
 def test_the_authors_schedule_and_question_order_drive_the_trainer(rl_template, tmp_path):
     """grpo.schedule authors: the first update runs at lr 0 (verl's warm-up), so it leaves the weights as
     they were; grpo.data_order authors: each step's questions are verl's sampler's next batch."""
-    from acesql_lib.train.grpo import epoch_order
+    from acesql_lib.train.data_order import epoch_order
 
     run = fresh_run(rl_template, tmp_path, "sched")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_steps": 3, "grpo.warmup_ratio": 0.67,
@@ -376,7 +377,7 @@ def test_the_authors_schedule_and_question_order_drive_the_trainer(rl_template, 
                                                          "grpo.data_seed": 5}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     before = [p.detach().clone() for p in trainer.params]
-    n, b = len(trainer.tasks), trainer.g.batch_questions
+    n, b = len(trainer.tasks), trainer.grpo.batch_questions
     expected = epoch_order(n, b, 0, "authors", 5)[:b]
     assert trainer._next_questions() == expected
     trainer.state.position = 0
@@ -483,9 +484,9 @@ def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their
     short = keep_last_tokens(full, tok, 16)
     assert short == tok.decode(prompt_tokens(full, tok)[-16:]) and full.endswith(short) and short != full
     assert keep_last_tokens(full, tok, 0) == full and keep_last_tokens(full, tok, 10_000) == full
-    trainer.g = dataclasses.replace(trainer.g, max_prompt_tokens=16)
-    trainer.cfg = dataclasses.replace(trainer.cfg, grpo=trainer.g)
-    rolls = trainer.collect()
+    trainer.grpo = dataclasses.replace(trainer.grpo, max_prompt_tokens=16)
+    trainer.cfg = dataclasses.replace(trainer.cfg, grpo=trainer.grpo)
+    rolls = trainer.collect().rollouts
     for r in rolls:
         whole = generator_prompt(r.task, r.selected, tok, style)
         assert all(p == keep_last_tokens(whole, tok, 16) and whole.endswith(p) and p != whole
@@ -496,20 +497,21 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     """grpo.loss_agg micro_token_mean: the gradient of one role equals that of sum over micro-batches of
     (sequences in it / sequences) x (its token mean), the micro-batches being verl's length-balanced split
     of ceil(tokens / micro_batch_tokens); it differs from the global token mean's gradient."""
-    from acesql_lib.train.grpo import _pad_batch, completion_logprobs, ppo_token_loss
+    from acesql_lib.train.policy_loss import (completion_logprobs, forward_passes, micro_batches, pad_batch, ppo_token_loss,
+                                              role_batch)
     from acesql_lib.train.microbatches import balanced_partitions, micro_batch_count
 
     run = fresh_run(rl_template, tmp_path, "agg")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.loss_agg": "micro_token_mean",
                                                          "grpo.kl_coef": 0.0}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
-    rolls = trainer.collect()
+    rolls = trainer.collect().rollouts
     gen = torch.Generator().manual_seed(3)
-    adv = torch.randn(len(rolls), trainer.g.n_generator, generator=gen)
-    batch = trainer._role_batch(rolls, "generator", adv)
+    adv = torch.randn(len(rolls), trainer.grpo.n_generator, generator=gen)
+    batch = role_batch(rolls, "generator", adv, trainer.tokenizer)
     lengths = [len(p) + len(c) for p, c in zip(batch.prompt_ids, batch.completion_ids)]
     budget = sum(lengths) // 3 + 1  # three micro-batches
-    trainer.g = dataclasses.replace(trainer.g, micro_batch_tokens=budget)
+    trainer.grpo = dataclasses.replace(trainer.grpo, micro_batch_tokens=budget)
     trainer.model.train()
 
     def grads_after(fn):
@@ -526,7 +528,7 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
         for part in parts:
             tokens = sum(len(batch.completion_ids[i]) for i in part)
             for i in part:  # one sequence at a time: no padding, the per-token weight written out
-                ids, attn, pos, cmask, c_len = _pad_batch([batch.prompt_ids[i]], [batch.completion_ids[i]],
+                ids, attn, pos, cmask, c_len = pad_batch([batch.prompt_ids[i]], [batch.completion_ids[i]],
                                                           trainer.tokenizer.pad_token_id, trainer.acc.device)
                 logp = completion_logprobs(trainer.model, ids, attn, pos, c_len)
                 tok, _, _ = ppo_token_loss(logp, logp.detach(), logp.detach(), batch.advantages[i].view(1, 1),
@@ -537,16 +539,16 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(ours, expected))
     # one sample per padded row (the paper's layout): each micro-batch runs in forward passes whose padded rows
     # stay within the budget, with the micro-batch's weights: the same gradient
-    trainer.g = dataclasses.replace(trainer.g, packed_prompts=False)
-    micro = trainer._micro_batches(batch)
-    passes = trainer._forward_passes(batch, micro)
+    trainer.grpo = dataclasses.replace(trainer.grpo, packed_prompts=False)
+    micro = micro_batches(batch, trainer.grpo, trainer.acc)
+    passes = forward_passes(batch, micro, trainer.grpo)
     assert len(passes) > len(micro) == 3
     padded = [len(rows) * (max(len(batch.prompt_ids[i]) for i in rows) + max(len(batch.completion_ids[i]) for i in rows))
               for rows, _, _ in passes]
     assert all(size <= budget for size, (rows, _, _) in zip(padded, passes) if len(rows) > 1)
     split = grads_after(lambda: trainer._backward(batch, weight=1.0))
     assert all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(split, expected))
-    trainer.g = dataclasses.replace(trainer.g, loss_agg="global_token_mean")
+    trainer.grpo = dataclasses.replace(trainer.grpo, loss_agg="global_token_mean")
     global_mean = grads_after(lambda: trainer._backward(batch, weight=1.0))
     assert not all(torch.allclose(a, b, atol=1e-6, rtol=1e-4) for a, b in zip(global_mean, expected))
 
@@ -570,16 +572,19 @@ def test_activation_checkpointing_gives_the_same_update(rl_template, tmp_path):
 def test_samples_packed_by_prompt_give_the_per_row_update(rl_template, tmp_path):
     """grpo.packed_prompts (the tiny profile's layout, acesql_lib/train/packed.py): the same rollouts give the
     combined gradient of one sample per row, up to float rounding."""
+    from acesql_lib.train.policy_loss import role_batch
+
     grads, packed_rows = {}, {}
     for flag in (False, True):
         run = fresh_run(rl_template, tmp_path, f"packed-{flag}")
         ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.packed_prompts": flag}))
         trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
         trainer.record_grads = True
-        rolls = trainer.collect()
-        batch = trainer._role_batch(rolls, "retriever", torch.zeros(len(rolls), ctx.cfg.grpo.n_retriever))
+        collected = trainer.collect()
+        rolls = collected.rollouts
+        batch = role_batch(rolls, "retriever", torch.zeros(len(rolls), ctx.cfg.grpo.n_retriever), trainer.tokenizer)
         packed_rows[flag] = len({tuple(p) for p in batch.prompt_ids})
-        trainer.update(rolls)
+        trainer.update(collected)
         grads[flag] = trainer.last_grads
     assert packed_rows[True] == len(rolls) < len(batch.prompt_ids)  # one prompt per question, several samples each
     assert sum(float(g.abs().sum()) > 0 for g in grads[True]) > len(grads[True]) // 2
@@ -636,7 +641,7 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(rl_template, t
     """model.lora starting from the SFT model: no second model is loaded; the KL reference's log-probabilities
     are the SFT model's (the policy with its adapters disabled), while the policy's own differ once the adapters
     are non-zero."""
-    from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+    from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
     from acesql_lib.models.loading import load_reference
 
     run = fresh_run(rl_template, tmp_path, "lora_ref")
@@ -649,7 +654,7 @@ def test_a_lora_policy_is_its_own_reference_with_the_adapters_off(rl_template, t
         for name, p in trainer.unwrapped.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-    ids, attn, pos, _, c_len = _pad_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14, 15, 16, 17]],
+    ids, attn, pos, _, c_len = pad_batch([[5, 6, 7, 8], [9, 10]], [[11, 12, 13], [14, 15, 16, 17]],
                                           trainer.tokenizer.pad_token_id, torch.device("cpu"))
     fn = lambda model: completion_logprobs(model, ids, attn, pos, c_len)  # noqa: E731
     with torch.no_grad():

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from acesql_lib.config.context import RunContext
-from acesql_lib.train.grpo import build_trainer
+from acesql_lib.train.grpo_run import build_trainer
 from acesql_lib.config.paths import GRPO_METRICS, check_variant, grpo_metrics_name
 from acesql_lib.pipeline.runner import NOTEBOOK_DIR, ProgressRelay, run_notebook
 from acesql_lib.runtime.progress import PhaseBar

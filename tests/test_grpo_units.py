@@ -5,8 +5,9 @@ import math
 import pytest
 import torch
 
-from acesql_lib.train.grpo import (_pad_batch, completion_logprobs, epoch_order, gen_weight, lr_lambda, ppo_token_loss,
-                             total_steps, warmup_steps)
+from acesql_lib.train.data_order import epoch_order
+from acesql_lib.train.policy_loss import completion_logprobs, pad_batch, ppo_token_loss
+from acesql_lib.train.schedule import gen_weight, generator_loss_weight, lr_lambda, total_steps, warmup_steps
 from acesql_lib.train.rollouts import vote
 
 
@@ -33,6 +34,13 @@ def test_gen_weight_ramp_kit_reading():
     assert gen_weight(92, 728, 0.25, "kit") == pytest.approx(91 / 182)
     assert gen_weight(183, 728, 0.25, "kit") == pytest.approx(1.0)
     assert gen_weight(2, 5, 0.25, "kit") == pytest.approx(0.8)
+
+
+def test_the_authors_norm_equalised_pcgrad_with_their_schedule_weighs_the_generator_loss_1_from_step_1():
+    assert generator_loss_weight(1, 728, 0.25, "authors", "norm_equalised") == 1.0  # the ramp would give 0
+    assert generator_loss_weight(1, 728, 0.25, "kit", "norm_equalised") == 0.0
+    assert generator_loss_weight(92, 728, 0.25, "authors", "symmetric") == gen_weight(92, 728, 0.25, "authors")
+    assert generator_loss_weight(92, 728, 0.25, "kit", "symmetric") == gen_weight(92, 728, 0.25, "kit")
 
 
 def test_the_authors_warmup_is_36_steps_from_lr_zero():
@@ -119,7 +127,7 @@ def test_left_padded_logprobs_equal_unpadded():
                                          max_position_embeddings=64)).eval()
     prompts = [[1, 2, 3, 4, 5], [6, 7]]
     comps = [[8, 9], [10, 11, 12, 13]]
-    ids, attn, pos, cmask, c_len = _pad_batch(prompts, comps, pad_id=0, device=torch.device("cpu"))
+    ids, attn, pos, cmask, c_len = pad_batch(prompts, comps, pad_id=0, device=torch.device("cpu"))
     with torch.no_grad():
         batched = completion_logprobs(model, ids, attn, pos, c_len)
         for i, (p, c) in enumerate(zip(prompts, comps)):
@@ -131,7 +139,7 @@ def test_left_padded_logprobs_equal_unpadded():
 
 
 def test_run_summary_reads_reward_thirds_and_validation_from_the_log(tmp_path):
-    from acesql_lib.train.grpo import run_summary
+    from acesql_lib.train.grpo_metrics import run_summary
 
     rows = [{"step": s, "reward/generator": g, "reward/retriever": 1 - g, "pcgrad/conflict_ratio": s / 10,
              "pool/target_differs_from_gold_share": s / 100} for s, g in enumerate([0.1, 0.2, 0.3, 0.4, 0.5, 0.9], 1)]
@@ -165,7 +173,7 @@ def test_trainer_retriever_reward_dispatch(kind, expected):
 
     schema = Schema("db", [Table("singer", [Column("Name", "TEXT"), Column("Age", "INTEGER")])])
     parse = parse_retriever(retriever_target({"singer.Name", "singer.Age"}, "t"), schema)
-    trainer = SimpleNamespace(g=GRPOConfig(retriever_reward=kind), penalty=LengthPenalty())
+    trainer = SimpleNamespace(grpo=GRPOConfig(retriever_reward=kind), penalty=LengthPenalty())
     roll = SimpleNamespace(task=SimpleNamespace(gold_columns=frozenset({"singer.Name"})))
     pool_after = {frozenset({"singer.Name"}): 1.0}
     assert JointGRPO._retriever_reward(trainer, roll, parse, 100, [], pool_after) == pytest.approx(expected)

@@ -54,7 +54,7 @@ def test_after_every_step_the_synced_engine_decodes_what_the_policy_decodes(chec
 
 def _cli(python: Path, run: Path) -> list[str]:
     sets = [f"{k}={v}" for k, v in rl_overrides(run, **{"engine.kind": "vllm"}).items()]
-    return [str(python), "-m", "acesql_lib.train.grpo", "--config", "tiny", "--set", *sets]
+    return [str(python), "-m", "acesql_lib.train.grpo_run", "--config", "tiny", "--set", *sets]
 
 
 def test_a_vllm_run_killed_after_a_checkpoint_resumes_to_the_straight_run(rl_template, checked_run, tmp_path):

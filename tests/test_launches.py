@@ -1,5 +1,5 @@
 """The README's two `accelerate launch` commands, 2 CPU processes over gloo, on the rehearsal profile:
-mixed SFT (`-m acesql_lib.train.sft`) and joint GRPO (`-m acesql_lib.train.grpo`), each from the paper's own launch file
+mixed SFT (`-m acesql_lib.train.sft`) and joint GRPO (`-m acesql_lib.train.grpo_run`), each from the paper's own launch file
 (`sft.accelerate_config`, `grpo.accelerate_config`) with only its CPU keys replaced; GRPO is killed after
 a checkpoint and resumed by the same command. The policy is the small RL fixture policy, so a step
 takes seconds; the launch, the process group, the sharding and the checkpoints are the real ones."""
@@ -71,7 +71,7 @@ def grpo_launch(run: Path, work: Path, accelerate_config: str) -> tuple[list[str
 
     shutil.copytree(run, work)
     sets = [f"{k}={v}" for k, v in rl_overrides(work, **LAUNCH_STEPS).items()]
-    return launch(accelerate_config, "acesql_lib.train.grpo", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
+    return launch(accelerate_config, "acesql_lib.train.grpo_run", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
 
 
 def killed_and_resumed(cmd: list[str], out: Path) -> subprocess.CompletedProcess:
@@ -140,7 +140,7 @@ def test_the_rehearsal_launches_the_papers_own_launch_files_with_only_the_cpu_ke
 
 
 def test_fsdp2_launch_steps_the_schedule_once_per_step_and_writes_sharded_checkpoints_and_a_whole_model(run, fsdp2_straight):
-    from acesql_lib.train.grpo import lr_lambda, warmup_steps
+    from acesql_lib.train.schedule import lr_lambda, warmup_steps
 
     cfg = load_config("rehearsal", rl_overrides(fsdp2_straight.parent.parent, **LAUNCH_STEPS))
     schedule = lr_lambda(warmup_steps(cfg.grpo.warmup_ratio, 3, cfg.grpo.schedule), cfg.grpo.schedule)

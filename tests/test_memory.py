@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
 from acesql_lib.train.memory import grpo_step_bytes, logits_bytes
 from repo_paths import ROOT as REPO
 
@@ -30,7 +30,7 @@ def test_chunked_log_probabilities_equal_the_whole_ones_in_value_and_gradient(au
     model = _small_qwen3()
     prompts = [[5, 6, 7], [8, 9, 10, 11, 12], [13]]
     completions = [list(range(20, 70)), list(range(100, 131)), list(range(200, 247))]
-    ids, attn, pos, cmask, c_len = _pad_batch(prompts, completions, 0, torch.device("cpu"))
+    ids, attn, pos, cmask, c_len = pad_batch(prompts, completions, 0, torch.device("cpu"))
     weights = torch.arange(ids.shape[0] * c_len, dtype=torch.float32).view(-1, c_len) / 100 * cmask
     results = []
     for chunk in (0, 16, 37, 4096):

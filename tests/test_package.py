@@ -29,7 +29,7 @@ def test_the_package_imports_light_and_names_what_it_lacks():
 def test_training_and_evaluation_start_without_the_table_libraries():
     """A GRPO or evaluation process scores SQL and trains; pandas (route tables) and statsmodels (the claims'
     statistics) load only where a table or a CI is made (0.36 s and 0.82 s of every such process's start)."""
-    code = ("import sys, acesql_lib.train.grpo, acesql_lib.evaluation.evaluate, acesql_lib.train.distill; "
+    code = ("import sys, acesql_lib.train.grpo_run, acesql_lib.evaluation.evaluate, acesql_lib.train.distill; "
             "print(sorted(m for m in ('pandas', 'statsmodels') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.train.packed import _attention_mask, pack_by_prompt, packed_logprobs
 
@@ -38,7 +38,7 @@ def ragged_batch(seed: int = 0):
 
 
 def per_row(model, prompts, completions, chunk=0):
-    ids, attn, pos, cmask, c_len = _pad_batch(prompts, completions, PAD, "cpu")
+    ids, attn, pos, cmask, c_len = pad_batch(prompts, completions, PAD, "cpu")
     return completion_logprobs(model, ids, attn, pos, c_len, chunk) * cmask, cmask  # padding's scores dropped
 
 

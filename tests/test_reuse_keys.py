@@ -89,7 +89,7 @@ def _copy_of_the_package(tmp_path: Path) -> Path:
 def test_an_edit_to_routes_changes_the_start_validation_key(tmp_path):
     """The validation before step 1 is read back when its key matches; `rollouts` scores every sample with
     `routes.is_match`, so a code edit there must change the key and a comment must not."""
-    from acesql_lib.train.grpo import START_VALIDATION_CODE
+    from acesql_lib.train.grpo_validation import START_VALIDATION_CODE
 
     assert {"data.routes", "train.rollouts", "roles.pool", "executor.sandbox"} <= set(imported_modules(*START_VALIDATION_CODE))
     copy = _copy_of_the_package(tmp_path)
@@ -192,7 +192,7 @@ def test_engine_workers_is_in_no_reuse_key_and_every_other_engine_setting_is(tmp
     """How many processes share the work changes no number (acesql_lib/runtime/workers.py), so a GRPO run and an
     evaluation keep their keys when `engine.workers` changes; any other engine setting still changes them."""
     from acesql_lib.evaluation.evaluate import eval_key
-    from acesql_lib.train.grpo import run_settings
+    from acesql_lib.train.grpo_run import run_settings
     from acesql_lib.config.paths import Paths
 
     def keys(**overrides):

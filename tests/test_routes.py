@@ -204,7 +204,7 @@ def _rollouts_on(shop, rows):
 def test_grpo_rollout_metrics_use_the_routes_definition(shop):
     """GRPO's route/alt_share is `route_share` over the rollouts: NaN (not 0.0) when no correct set
     resolves, and the same number as the per-record definition when some do."""
-    from acesql_lib.train.grpo import _rollout_metrics
+    from acesql_lib.train.grpo_metrics import rollout_metrics
     from acesql_lib.data.routes import rollout_route_records
 
     q0, q1 = QUESTIONS
@@ -213,9 +213,9 @@ def test_grpo_rollout_metrics_use_the_routes_definition(shop):
     assert [r.matches for r in rolls] == [[True, True, False, False], [True, True]]
     records = rollout_route_records(rolls)
     assert len(records) == 6 and route_share(records)["n_alternative"] == 2
-    assert _rollout_metrics(rolls)["route/alt_share"] == pytest.approx(2 / 4)
+    assert rollout_metrics(rolls)["route/alt_share"] == pytest.approx(2 / 4)
     none = _rollouts_on(shop, [(q0["gold"], [q0["wrong"]])])
-    assert math.isnan(_rollout_metrics(none)["route/alt_share"])  # 0.0 would read as "no alternative route"
+    assert math.isnan(rollout_metrics(none)["route/alt_share"])  # 0.0 would read as "no alternative route"
 
 
 def test_distillation_summary_uses_the_routes_definition(shop):

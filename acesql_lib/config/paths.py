@@ -20,7 +20,7 @@ def resolve(path: str | Path) -> Path:
 EVAL_CACHE = "eval_cache"  # a run folder's (or a study's shared) cache of finished evaluations
 TIMES_NAME = "pipeline_times.json"  # under a run's reports folder: each notebook's wall time, the calibration
 
-MAIN_VARIANT = "full"  # the GRPO run of the full method (grpo.ABLATIONS), the one notebooks 05-07 read as "rl"
+MAIN_VARIANT = "full"  # the GRPO run of the full method (grpo_run.ABLATIONS), the one notebooks 05-07 read as "rl"
 GRPO_METRICS = "04_joint_grpo"  # notebook 04's metrics, the main run's; every other variant's beside it
 _RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 

@@ -20,12 +20,12 @@ Results = dict[tuple[str, str], dict[str, Any]]  # (variant, set name) -> that e
 
 def run_variant(profile: str, overrides: dict[str, Any], variant: str, eval_sets: Sequence[str],
                 progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Train `variant` (grpo.ABLATIONS) to the profile's step count and evaluate its final model on
+    """Train `variant` (grpo_run.ABLATIONS) to the profile's step count and evaluate its final model on
     `eval_sets`; metrics by set name. The full run is notebook 04's: already complete, it is only evaluated."""
     from ..config.context import RunContext
     from ..models.engine_reuse import reused_engines
     from .evaluate import evaluate_sets
-    from ..train.grpo import ABLATIONS, build_trainer
+    from ..train.grpo_run import ABLATIONS, build_trainer
 
     ctx = RunContext.create(profile, {**overrides, **ABLATIONS[variant]})
     with reused_engines():  # the training engine serves the evaluation when their settings match

@@ -40,7 +40,7 @@ _BARE_START = threading.local()  # set while this module starts a worker (`_with
 def _preparation_data_without_main(real):
     """`multiprocessing.spawn.get_preparation_data`, less the main module's name and path while this
     thread starts an executor worker: a started process otherwise runs the parent's main module (a
-    script, or `python -m acesql_lib.train.grpo`: torch and transformers, 3-5 s and a few hundred MB per worker)
+    script, or `python -m acesql_lib.train.grpo_run`: torch and transformers, 3-5 s and a few hundred MB per worker)
     before its target, which lives here. Other processes, and other threads', start as multiprocessing starts them."""
     def get_preparation_data(name):
         data = real(name)

@@ -22,7 +22,7 @@ Memory per GPU (bytes; P parameters, N processes of the stage's accelerate confi
          the weights, w·P / tensor_parallel_size, with room for the KV cache) it must leave `HEADROOM` of
          the card free, the card's capacity as torch reports it (`CARDS` where no GPU is visible).
          The worst micro-batch of "micro_token_mean": a forward pass pads its rows to its longest prompt and
-         completion within `grpo.micro_batch_tokens` (grpo.JointGRPO._forward_passes), so the most completion
+         completion within `grpo.micro_batch_tokens` (policy_loss.forward_passes), so the most completion
          positions are floor(budget / (c + 1)) rows of the longest completion c, or one row of the longest
          prompt and completion where that is over the budget.
   SFT  = 4·m·P / N (sharded weights, gradients, Adam) + b·s·h·L·w (checkpointed layer inputs) + b·s·V·4
@@ -178,7 +178,7 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
     n_grpo = processes or accelerate_processes(cfg.grpo.accelerate_config, cfg)[0]
     fsdp = n_grpo > 1 and fsdp_sharded(cfg.grpo.accelerate_config)
     g = cfg.grpo
-    own_reference = g.kl_coef > 0 and (not cfg.model.lora or bool(g.reference_model))  # grpo.build_trainer
+    own_reference = g.kl_coef > 0 and (not cfg.model.lora or bool(g.reference_model))  # grpo_run.load_models
     grpo = max((grpo_step_bytes(shape, b, p, c, checkpointing=g.gradient_checkpointing,
                                 logprob_chunk_tokens=g.logprob_chunk_tokens, processes=n_grpo if fsdp or n_grpo == 1
                                 else 1, ranks=n_grpo, train_bytes=m,  # data parallel replicates the state

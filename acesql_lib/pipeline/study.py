@@ -36,7 +36,7 @@ SHARED_DIRS = ("data", "distill", "models")  # what every seed reads from the sh
 SHARED_CACHES = (EVAL_CACHE,)  # what every seed reuses: the base and SFT evaluations are the same for all (evaluate_set)
 DONE = "study_done.json"
 # the modules notebooks 04-06 run a seed's part from; its key hashes them and every module they import
-PART_CODE = ("train.grpo", "evaluation.evaluate", "evaluation.variants", "pipeline.tinybase")
+PART_CODE = ("train.grpo_run", "evaluation.evaluate", "evaluation.variants", "pipeline.tinybase")
 
 
 def part_settings(profile: str, overrides: dict[str, Any], seed: int | None, start: str = "") -> dict[str, Any]:

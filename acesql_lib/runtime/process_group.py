@@ -4,7 +4,7 @@ A rank that leaves `accelerate launch` (or torchrun) with its gloo process group
 exit with `terminate called without an active exception` (SIGABRT): gloo's worker threads are torn down
 with the interpreter, and the launcher then reports a finished run as failed. Measured on the pinned torch,
 2 CPU ranks doing five all-reduces and exiting: 10 of 30 launches aborted that way; closing the group first,
-0 of 30. Every launched entry point (`-m acesql_lib.train.sft`, `-m acesql_lib.train.grpo`) therefore ends inside
+0 of 30. Every launched entry point (`-m acesql_lib.train.sft`, `-m acesql_lib.train.grpo_run`) therefore ends inside
 `closed_at_the_end()`.
 
 The group is closed when the body returns or stops with `SystemExit` (a stop every rank takes at the same

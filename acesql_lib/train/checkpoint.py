@@ -37,6 +37,17 @@ class TrainState:
     position: int = 0  # questions already taken from this epoch's permutation
 
 
+@dataclass(frozen=True)
+class TrainingObjects:
+    """The live objects a checkpoint is written from and restored into: the accelerator, the prepared model, its
+    optimizer and its learning-rate scheduler."""
+
+    acc: Any
+    model: torch.nn.Module
+    optimizer: Any
+    scheduler: Any
+
+
 def _rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
@@ -121,8 +132,11 @@ def _distributed_state(model: torch.nn.Module, optimizer: Any) -> dict[str, Any]
     return {"model": model_state, "optimizer": optim_state}
 
 
-def save(out_dir: Path, state: TrainState, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any,
-         pool: ColumnSetPool, cfg: Any, tokenizer: Any = None, keep: int = 3) -> Path | None:
+def save(out_dir: Path, state: TrainState, live: TrainingObjects, pool: ColumnSetPool, cfg: Any, tokenizer: Any = None,
+         keep: int = 3) -> Path | None:
+    """`out_dir/checkpoint-<step>`, written whole or not at all (the `COMPLETE` marker last), the oldest beyond
+    `keep` removed; every rank calls it. Returns the folder on the main process, None on the others."""
+    acc, model, optimizer, scheduler = live.acc, live.model, live.optimizer, live.scheduler
     out_dir = Path(out_dir)
     final = out_dir / f"checkpoint-{state.step}"
     tmp = out_dir / f".tmp-checkpoint-{state.step}"
@@ -170,10 +184,10 @@ def _save_gathered(tmp: Path, model: torch.nn.Module, model_state: dict[str, Any
     torch.save(optim_state, tmp / "optimizer.pt")
 
 
-def load_latest(out_dir: Path, acc: Any, model: torch.nn.Module, optimizer: Any, scheduler: Any, *, gamma: float
-                ) -> tuple[TrainState, ColumnSetPool] | None:
+def load_latest(out_dir: Path, live: TrainingObjects, *, gamma: float) -> tuple[TrainState, ColumnSetPool] | None:
     """Restore the newest complete checkpoint into the live objects (its pool with the run's
     `grpo.gamma`); None when there is none."""
+    acc, model, optimizer, scheduler = live.acc, live.model, live.optimizer, live.scheduler
     found = checkpoints(Path(out_dir))
     if not found:
         return None

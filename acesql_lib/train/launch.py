@@ -1,9 +1,9 @@
 """The paper's `accelerate launch` files, and their CPU rehearsal from the same files.
 
-    python -m acesql_lib.train.launch configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo --config paper        # 4 GPUs
-    python -m acesql_lib.train.launch --cpu configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo --config rehearsal
+    python -m acesql_lib.train.launch configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config paper        # 4 GPUs
+    python -m acesql_lib.train.launch --cpu configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config rehearsal
 
-The first is `accelerate launch --config_file configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo --config paper`
+The first is `accelerate launch --config_file configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config paper`
 with torchrun's shutdown timeout raised (`launch_env`): a stopped run (SIGTERM to the launcher, as a scheduler
 sends it) then has the time to write its checkpoint before torchrun's SIGKILL.
 

@@ -1,7 +1,7 @@
 """GRPO sequences packed by prompt (`grpo.packed_prompts`): the samples of one prompt share one row.
 
 A GRPO step scores every sample of a question under the same prompt: the retriever's samples share its
-schema prompt, the generator's share the voted schema's. Padded one sample per row (`grpo._pad_batch`),
+schema prompt, the generator's share the voted schema's. Padded one sample per row (`policy_loss.pad_batch`),
 the model runs each prompt once per sample. Packed, a row holds the prompt once and then every
 completion of it one after the other:
 
@@ -39,7 +39,7 @@ class PackedBatch:
     target: torch.Tensor  # [tokens]: the completion token
     sample: torch.Tensor  # [tokens]: the sample (input order) the token belongs to
     offset: torch.Tensor  # [tokens]: its index inside that sample's completion
-    cmask: torch.Tensor  # [samples, c_len]: 1 on completion tokens, as grpo._pad_batch's
+    cmask: torch.Tensor  # [samples, c_len]: 1 on completion tokens, as policy_loss.pad_batch's
     c_len: int
 
     @property
@@ -118,7 +118,7 @@ def _attention_mask(model: torch.nn.Module, mask: torch.Tensor) -> torch.Tensor:
 
 
 def packed_logprobs(model: torch.nn.Module, batch: PackedBatch, chunk_tokens: int = 0) -> torch.Tensor:
-    """Log-probability of each completion token, [samples, c_len] as grpo.completion_logprobs returns it
+    """Log-probability of each completion token, [samples, c_len] as policy_loss.completion_logprobs returns it
     (zeros past each completion's end). `chunk_tokens` > 0: the fp32 log-softmax taken that many tokens at a
     time and recomputed in the backward pass (`grpo.logprob_chunk_tokens`)."""
     inner = getattr(model, "module", model)  # DDP keeps the config on the wrapped model

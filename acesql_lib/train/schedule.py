@@ -33,6 +33,14 @@ def gen_weight(step: int, total_steps: int, ramp_ratio: float, schedule: str = "
     return min(1.0, max(step - 1, 0) / ramp)
 
 
+def generator_loss_weight(step: int, total_steps: int, ramp_ratio: float, schedule: str, pcgrad: str) -> float:
+    """The generator loss's weight at `step`: `gen_weight`'s ramp, except under the authors' norm-equalised PCGrad
+    with their schedule, which sets both loss scales to 1.0 (RL/third_party/verl/workers/actor/dp_actor.py)."""
+    if pcgrad == "norm_equalised" and schedule == "authors":
+        return 1.0
+    return gen_weight(step, total_steps, ramp_ratio, schedule)
+
+
 def warmup_steps(warmup_ratio: float, total_steps: int, schedule: str = "authors") -> int:
     """§4.11 warm-up length: the authors' int(ratio x T) (verl: 36 of 728); the kit's ceil (37)."""
     return int(warmup_ratio * total_steps) if schedule == "authors" else math.ceil(warmup_ratio * total_steps)
