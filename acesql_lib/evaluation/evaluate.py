@@ -58,8 +58,8 @@ from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
 from .records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401
 from ..config.paths import Paths, resolve
 from ..roles.prompts import evaluation_style
-from ..train.rollouts import (QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate, generator_prompt, retrieve,
-                              select, unanswered)
+from ..train.rollouts import (EngineCalls, QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate,
+                              generator_prompt, retrieve, select, unanswered)
 from ..data.task import build_tasks
 from ..data.routes import alternative_route, route_share
 from ..data.schema import Schema
@@ -196,16 +196,16 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
                                context=context)
     rules = RolloutSpec.evaluation(cfg, mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
-    run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
+    run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style)
 
     # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
-    retrieved = retrieve(tasks, parse=r_parse, desc=f"{stage} retriever", **run)
+    retrieved = retrieve(tasks, parse=r_parse, calls=EngineCalls(chunk, f"{stage} retriever", progress), **run)
     voted, seen = select(retrieved, n_generator=1)
     # 3. generator on the pruned schema, for the questions whose retriever prompt fit the context (the others score 0)
     asked = [i for i, r in enumerate(retrieved) if not r.completions[0].overlong]
     generated = [RoleSamples([""], [c := unanswered()], [g_parse(c, t)]) for t in tasks]
     for i, g in zip(asked, generate([tasks[i] for i in asked], [seen[i] for i in asked], parse=g_parse,
-                                    desc=f"{stage} generator", **run)):
+                                    calls=EngineCalls(chunk, f"{stage} generator", progress), **run)):
         generated[i] = g
     rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     # 3b. generator on the gold column set (Generator Ability; kit's definition). Where the voted set gives the
@@ -217,7 +217,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     fresh = [k for k, i in enumerate(gold_idx) if generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style,
                                                                    spec.enable_thinking) != generated[i].prompts[0]]
     for k, g in zip(fresh, generate([gold_tasks[k] for k in fresh], [[gold_tasks[k].gold_columns] for k in fresh],
-                                    parse=g_parse, desc=f"{stage} generator (gold schema)", **run)):
+                                    parse=g_parse, calls=EngineCalls(chunk, f"{stage} generator (gold schema)", progress),
+                                    **run)):
         on_gold[k] = g
     gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
     # 4. execute everything in one batch; a prompt over the context scores 0 (never run: the authors' scoring would

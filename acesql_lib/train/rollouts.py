@@ -275,9 +275,19 @@ def _rooms(prompts: Sequence[str], tokenizer: Any, context: int) -> list[int | N
     return [context - len(prompt_tokens(p, tokenizer)) for p in prompts]
 
 
-def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role: str, chunk: int | None = None,
-            desc: str = "", progress: bool = False, tokenizer: Any = None) -> list[list[Completion]]:
-    """One engine call per role (or per `chunk` prompts, so progress is visible). Identical prompts
+@dataclass(frozen=True)
+class EngineCalls:
+    """How a role's pass calls the engine: `chunk` prompts a call (None: one call for all), with a progress bar
+    named `desc` over the calls when `progress`."""
+
+    chunk: int | None = None
+    desc: str = ""
+    progress: bool = False
+
+
+def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role: str,
+            calls: EngineCalls = EngineCalls(), tokenizer: Any = None) -> list[list[Completion]]:
+    """One engine call per role (or per `calls.chunk` prompts, so progress is visible). Identical prompts
     are generated once with n samples, so engines can share the prompt prefix.
 
     Under `spec.context` a prompt that leaves no room for one new token is not sent (vLLM refuses it, which would
@@ -285,10 +295,11 @@ def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role
     the context, as vLLM ends it (`within_context`; the HF engine has no context of its own)."""
     rooms = _rooms(prompts, tokenizer, spec.context)
     send = [i for i, room in enumerate(rooms) if room is None or room >= 1]
-    size = chunk or max(len(send), 1)
+    size = calls.chunk or max(len(send), 1)
     got: list[list[Completion]] = []
     with phase("generation"):
-        for start in tqdm(range(0, len(send), size), desc=desc, disable=not progress or not send, leave=False):
+        for start in tqdm(range(0, len(send), size), desc=calls.desc, disable=not calls.progress or not send,
+                          leave=False):
             got.extend(engine.generate([prompts[i] for i in send[start:start + size]], n=n,
                                        temperature=spec.temperature, top_p=spec.top_p,
                                        max_new_tokens=spec.max_tokens(role), seed=spec.role_seed(role)))
@@ -307,11 +318,10 @@ def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role
 
 
 def retrieve(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, parse: RetrieverParser,
-             style: str = "paper", chunk: int | None = None, desc: str = "retriever",
-             progress: bool = False) -> list[RoleSamples]:
+             style: str = "paper", calls: EngineCalls = EngineCalls(desc="retriever")) -> list[RoleSamples]:
     """§4 step 1: `spec.n_retriever` retriever samples per question on its full schema."""
     prompts = [retriever_prompt(t, tokenizer, style, spec.enable_thinking) for t in tasks]
-    out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", chunk, desc, progress, tokenizer)
+    out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", calls, tokenizer)
     return [RoleSamples([p] * spec.n_retriever, outs, [parse(c, t) for c in outs])
             for t, p, outs in zip(tasks, prompts, out)]
 
@@ -333,8 +343,8 @@ def select(retrieved: Sequence[RoleSamples], n_generator: int, vote_mode: str = 
 
 
 def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str]]], engine: Engine, tokenizer: Any,
-             spec: SamplingSpec, parse: GeneratorParser, style: str = "paper", chunk: int | None = None,
-             desc: str = "generator", progress: bool = False) -> list[RoleSamples]:
+             spec: SamplingSpec, parse: GeneratorParser, style: str = "paper",
+             calls: EngineCalls = EngineCalls(desc="generator")) -> list[RoleSamples]:
     """§4 step 3: `spec.n_generator` generator samples per question on its pruned schema(s).
 
     Each question gives one column set (all samples share that prompt) or one per sample.
@@ -347,10 +357,10 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
                                  spec.max_prompt_tokens) for s in cs]
                for t, cs in zip(tasks, column_sets)]
     if shared:
-        out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", chunk, desc, progress, tokenizer)
+        out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", calls, tokenizer)
     else:
         flat = _sample(engine, [p for ps in prompts for p in (ps * n if len(ps) == 1 else ps)], 1, spec,
-                       "generator", chunk, desc, progress, tokenizer)
+                       "generator", calls, tokenizer)
         out = [[flat[i * n + j][0] for j in range(n)] for i in range(len(tasks))]
     return [RoleSamples(ps * n if len(ps) == 1 else ps, outs, [parse(c, t) for c in outs])
             for t, ps, outs in zip(tasks, prompts, out)]
@@ -360,8 +370,8 @@ ROLLOUT_PHASES = ("retriever samples", "generator samples", "execution")  # what
 
 
 def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, rules: RolloutSpec, *,
-            style: str = "paper", workers: int = 0, progress: bool = False,
-            on_phase: Callable[[str], None] | None = None) -> list[QuestionRollout]:
+            style: str = "paper", workers: int = 0, on_phase: Callable[[str], None] | None = None
+            ) -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation specs): `spec` says how both
     roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote).
     `on_phase` is called with each of ROLLOUT_PHASES as it ends (a `progress.PhaseBar`'s `done`)."""
@@ -373,7 +383,7 @@ def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: Samplin
     generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
     done(ROLLOUT_PHASES[1])
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
-    rules.execute(results, workers=workers, progress=progress)  # 4. every SQL against its gold (gold results cached)
+    rules.execute(results, workers=workers)  # 4. every SQL against its gold (gold results cached)
     done(ROLLOUT_PHASES[2])
     return results
 

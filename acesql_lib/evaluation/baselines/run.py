@@ -90,12 +90,12 @@ def majority_vote(sqls: Sequence[str], db_path: str, timeout_s: float, threads: 
 
 def _generate(cfg: Config, engine: Any, tokenizer: Any, prompts: list[str], decoding: Decoding, budget: int,
               context: int, progress: bool) -> list[list[Any]]:
-    from ...train.rollouts import SamplingSpec, _sample
+    from ...train.rollouts import EngineCalls, SamplingSpec, _sample
 
     spec = SamplingSpec(1, decoding.n, decoding.temperature, decoding.top_p, budget, False,
                         cfg.seed if decoding.temperature > 0 else None, context=context)
-    return _sample(engine, prompts, decoding.n, spec, "generator", cfg.engine.hf_greedy_batch_size, "baseline",
-                   progress, tokenizer)
+    return _sample(engine, prompts, decoding.n, spec, "generator",
+                   EngineCalls(cfg.engine.hf_greedy_batch_size, "baseline", progress), tokenizer)
 
 
 def _score(cfg: Config, examples: Sequence[Any], schemas: dict[str, Any], prompts: list[str],
