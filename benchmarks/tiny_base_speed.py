@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 from acesql_lib.config.context import RunContext  # noqa: E402
 from acesql_lib.models.loading import build_tiny_model  # noqa: E402
-from acesql_lib.train.sft import check_samples, make_trainer, padding_share  # noqa: E402
+from acesql_lib.train.sft import SFTRun, check_samples, make_trainer, padding_share  # noqa: E402
 from transformers import TrainerCallback, set_seed  # noqa: E402
 from acesql_lib.pipeline.tinybase import base_sft_config, base_training_data, compiled_decoder  # noqa: E402
 from acesql_lib.data.tinyworld import build_profile_world  # noqa: E402
@@ -75,9 +75,9 @@ def run_variant(cfg, data, tokenizer, split: int, head: bool, threads: int, step
     sft_cfg = replace(base_sft_config(cfg), length_split=split, completion_head=head, logging_steps=1)
     set_seed(cfg.seed)
     timer = _StepTimes()
-    trainer = make_trainer(model, tokenizer, data, sft_cfg, out, steps, cfg.seed, m.tiny.group_by_length,
-                           not m.tiny.full_loss, callbacks=[timer],
-                           desc=f"split {split}, head {'on' if head else 'off'}, {numerics}")
+    run = SFTRun(steps, cfg.seed, group_by_length=m.tiny.group_by_length, completion_only=not m.tiny.full_loss,
+                 desc=f"split {split}, head {'on' if head else 'off'}, {numerics}")
+    trainer = make_trainer(model, tokenizer, data, sft_cfg, out, run, callbacks=[timer])
     if numerics == "bf16":  # the Trainer runs every loss inside this context manager
         trainer.compute_loss_context_manager = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def main(argv=None) -> dict:
     m = cfg.model
     first = make_trainer(build_tiny_model(tokenizer, m.tiny.hidden_size, m.tiny.num_layers, m.tiny.num_heads,
                                           m.tiny.num_kv_heads, m.tiny.intermediate_size, m.tiny.max_position, cfg.seed),
-                         tokenizer, check_samples(samples), base_sft_config(cfg), work / "prepare", 1, cfg.seed)
+                         tokenizer, check_samples(samples), base_sft_config(cfg), work / "prepare", SFTRun(1, cfg.seed))
     prepare_seconds = time.perf_counter() - t0
     data = first.train_dataset
     runs, load_start = [], os.getloadavg()[0]

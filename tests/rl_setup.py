@@ -18,7 +18,7 @@ from acesql_lib.config.settings import SFTConfig
 from acesql_lib.data.datasets import load_synsql, schemas_for
 from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.roles.pool import ColumnSetPool
-from acesql_lib.train.sft import train_sft
+from acesql_lib.train.sft import SFTRun, train_sft
 from acesql_lib.data.sqlcolumns import column_set
 from acesql_lib.pipeline.tinybase import gold_samples
 from acesql_lib.data.tinyworld import build_tinyworld, world_text
@@ -56,7 +56,7 @@ def build_rl_run(root: Path) -> Path:
     sft = SFTConfig(learning_rate=5e-3, per_device_batch_size=16, gradient_accumulation_steps=1, num_epochs=1,
                     max_length=2048, bf16=False, gradient_checkpointing=False, logging_steps=10, save_steps=0,
                     warmup_ratio=0.0, lr_scheduler_type="constant")
-    train_sft(model, tokenizer, samples, sft, root / "sft_work", max_steps=30, seed=0, group_by_length=True)
+    train_sft(model, tokenizer, samples, sft, root / "sft_work", SFTRun(max_steps=30, seed=0, group_by_length=True))
     save_tiny(model, tokenizer, run / "models" / "sft")
     chosen = examples[:N_TRAIN + N_VAL]
     gold = {e.id: column_set(e.sql, schemas[e.db_id]) for e in chosen}

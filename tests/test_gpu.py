@@ -85,7 +85,7 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp
     from acesql_lib.models.loading import load_policy
     from acesql_lib.pipeline.tinybase import gold_samples
     from acesql_lib.data.tinyworld import build_tinyworld
-    from acesql_lib.train.sft import train_sft
+    from acesql_lib.train.sft import SFTRun, train_sft
 
     world = build_tinyworld(tmp_path / "world", seed=0, n_train=80, n_dev=8)
     examples = load_synsql(world.train_json, world.train_db_root).examples
@@ -98,7 +98,7 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp
     seen, hooks = _bf16_matmuls(model)
     AcceleratorState._reset_state(True)
     try:
-        result = train_sft(model, tokenizer, samples, cfg, tmp_path / "sft", max_steps=1, seed=0)
+        result = train_sft(model, tokenizer, samples, cfg, tmp_path / "sft", SFTRun(max_steps=1, seed=0))
     finally:
         AcceleratorState._reset_state(True)
         for h in hooks:

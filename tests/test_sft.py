@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from acesql_lib.models.loading import IM_END, LoraSpec, train_tiny_tokenizer
-from acesql_lib.train.sft import LOG_NAME, _train, check_samples, train_sft
+from acesql_lib.train.sft import LOG_NAME, SFTRun, _train, check_samples, train_sft
 from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
 
@@ -21,7 +21,7 @@ def tokenizer():
 
 
 def test_training_sequence_is_generation_prompt_plus_completion_and_only_completion_is_trained(tokenizer, tmp_path):
-    trainer, _ = _train(tiny_model(tokenizer), tokenizer, SAMPLES[:4], CFG, tmp_path, max_steps=1)
+    trainer, _ = _train(tiny_model(tokenizer), tokenizer, SAMPLES[:4], CFG, tmp_path, SFTRun(max_steps=1))
     im_end = tokenizer.convert_tokens_to_ids(IM_END)
     for sample, row in zip(SAMPLES[:4], trainer.train_dataset):
         prompt_ids = tokenizer.apply_chat_template(sample["prompt"], add_generation_prompt=True, tokenize=True,
@@ -39,7 +39,7 @@ def test_training_sequence_is_generation_prompt_plus_completion_and_only_complet
 def test_every_parameter_changes_and_loss_is_logged(tokenizer, tmp_path):
     model = tiny_model(tokenizer)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    result = train_sft(model, tokenizer, SAMPLES, CFG, tmp_path, max_steps=3, seed=0)
+    result = train_sft(model, tokenizer, SAMPLES, CFG, tmp_path, SFTRun(max_steps=3, seed=0))
     assert result.steps == 3 and result.n_samples == len(SAMPLES)
     for name, param in model.named_parameters():
         assert not torch.equal(param, before[name]), f"{name} did not change"
@@ -51,8 +51,8 @@ def test_every_parameter_changes_and_loss_is_logged(tokenizer, tmp_path):
 def test_lora_changes_only_adapters(tokenizer, tmp_path):
     model = tiny_model(tokenizer)
     base_before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    result = train_sft(model, tokenizer, SAMPLES, replace(CFG, learning_rate=5e-2), tmp_path, max_steps=2,
-                       lora=LoraSpec(r=4, alpha=8, dropout=0.0))
+    result = train_sft(model, tokenizer, SAMPLES, replace(CFG, learning_rate=5e-2), tmp_path,
+                       SFTRun(max_steps=2, lora=LoraSpec(r=4, alpha=8, dropout=0.0)))
     trained = result.model
     lora_params = {n: p for n, p in trained.named_parameters() if "lora_" in n}
     assert lora_params and all(p.requires_grad for p in lora_params.values())
@@ -69,10 +69,10 @@ def test_same_seed_same_parameters(tokenizer, tmp_path):
     finals = []
     for run in range(2):
         model = tiny_model(tokenizer, seed=1)
-        train_sft(model, tokenizer, SAMPLES, CFG, tmp_path / str(run), max_steps=2, seed=3)
+        train_sft(model, tokenizer, SAMPLES, CFG, tmp_path / str(run), SFTRun(max_steps=2, seed=3))
         finals.append({n: p.detach().clone() for n, p in model.named_parameters()})
     other = tiny_model(tokenizer, seed=1)
-    train_sft(other, tokenizer, SAMPLES, CFG, tmp_path / "other", max_steps=2, seed=4)
+    train_sft(other, tokenizer, SAMPLES, CFG, tmp_path / "other", SFTRun(max_steps=2, seed=4))
     assert all(torch.equal(finals[0][n], finals[1][n]) for n in finals[0])
     assert any(not torch.equal(finals[0][n], p) for n, p in other.named_parameters())
 
@@ -239,13 +239,13 @@ def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_pa
 def test_length_split_and_completion_head_keep_the_loss_and_gradient_of_the_padded_batch(tokenizer, tmp_path):
     """One batch of mixed lengths: the old single padded pass with TRL's fused head, against the
     batch cut into length-sorted passes and the head applied to completion positions only."""
-    from acesql_lib.train.sft import check_samples, make_trainer, padding_share
+    from acesql_lib.train.sft import SFTRun, check_samples, make_trainer, padding_share
 
     mixed = [{"prompt": [{"role": "user", "content": s["prompt"][0]["content"] + " Tables used: singer." * (3 * i)}],
               "completion": s["completion"]} for i, s in enumerate(SAMPLES)]
     model = tiny_model(tokenizer)
     trainer = make_trainer(model, tokenizer, check_samples(mixed), replace(CFG, per_device_batch_size=8), tmp_path,
-                           max_steps=1)
+                           SFTRun(max_steps=1))
     batch = next(iter(trainer.get_train_dataloader()))
     n_items = batch["labels"][..., 1:].ne(-100).sum()
 

@@ -41,10 +41,11 @@ def test_sft_reports_its_loss_to_tensorboard(tmp_path):
     from helpers_sft import CFG, SAMPLES, TEXTS, tiny_model
 
     from acesql_lib.models.loading import train_tiny_tokenizer
-    from acesql_lib.train.sft import LOG_NAME, train_sft
+    from acesql_lib.train.sft import LOG_NAME, SFTRun, train_sft
 
     tokenizer = train_tiny_tokenizer(TEXTS, vocab_size=300)
-    train_sft(tiny_model(tokenizer), tokenizer, SAMPLES, replace(CFG, report_to="tensorboard"), tmp_path, max_steps=3)
+    train_sft(tiny_model(tokenizer), tokenizer, SAMPLES, replace(CFG, report_to="tensorboard"), tmp_path,
+              SFTRun(max_steps=3))
     logged = [json.loads(line) for line in (tmp_path / LOG_NAME).read_text().splitlines()]
     losses = [(r["step"], r["loss"]) for r in logged if "loss" in r]
     events = read_events(tmp_path / "runs")

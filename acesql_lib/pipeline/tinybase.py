@@ -57,7 +57,7 @@ from ..models.loading import build_tiny_model, train_tiny_tokenizer
 from ..config.paths import Paths
 from ..roles.prompts import generator_messages, generator_target, question_text, retriever_messages, retriever_target
 from ..runtime.reuse_keys import code_hash, imported_modules, settings_hash
-from ..train.sft import train_sft
+from ..train.sft import SFTRun, train_sft
 from .shipped_base import MANIFEST, read_manifest, rekey, ship, use_prebuilt
 from ..data.sqlcolumns import ColumnResolutionError, column_set
 from ..data.tinyworld import TinyWorld
@@ -356,11 +356,11 @@ def build_tiny_base(cfg: Config, paths: Paths, world: TinyWorld, force: bool = F
     work = out.with_name(out.name + ".building")
     sft_cfg = replace(base_sft_config(cfg), report_to=cfg.sft.report_to)  # tracking does not shape the model
     with compiled_decoder(model, m.tiny.compile):
-        result = train_sft(model, tokenizer, samples, sft_cfg, work, max_steps=m.tiny.steps,
-                           seed=cfg.seed, completion_only=not m.tiny.full_loss,
-                           group_by_length=m.tiny.group_by_length,
-                           eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None, eval_every=eval_every,
-                           desc="base model")
+        result = train_sft(model, tokenizer, samples, sft_cfg, work,
+                           SFTRun(max_steps=m.tiny.steps, seed=cfg.seed, completion_only=not m.tiny.full_loss,
+                                  group_by_length=m.tiny.group_by_length,
+                                  eval_fn=(lambda mdl: eval_fn(mdl, tokenizer)) if eval_fn else None,
+                                  eval_every=eval_every, desc="base model"))
     model.save_pretrained(work)
     tokenizer.save_pretrained(work)
     manifest = {"seed": cfg.seed, "steps": result.steps, "config_hash": digest, "settings": settings,

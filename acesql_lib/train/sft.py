@@ -287,37 +287,49 @@ def _launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+@dataclass(frozen=True)
+class SFTRun:
+    """What one fine-tuning run sets beyond the `sft` section: `max_steps` (or `sft.max_steps` > 0) bounds it by
+    optimizer steps, otherwise `sft.num_epochs`; `seed` seeds the weights' training and the data order;
+    `lora` wraps the model in fresh PEFT adapters first (unless it has them); `group_by_length` batches samples of
+    similar length; `completion_only` trains on the completion tokens only; `eval_fn(model) -> metrics` runs every
+    `eval_every` steps and at the end; `desc` names the step bar."""
+
+    max_steps: int | None = None
+    seed: int = 0
+    lora: LoraSpec | None = None
+    group_by_length: bool = False
+    completion_only: bool = True
+    eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None
+    eval_every: int = 0
+    desc: str = "sft"
+
+
 def train_sft(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, samples: Sequence[dict[str, Any]],
-              cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None, seed: int = 0,
-              eval_fn: Callable[[PreTrainedModel], dict[str, Any]] | None = None, eval_every: int = 0,
-              lora: LoraSpec | None = None, group_by_length: bool = False, completion_only: bool = True,
-              desc: str = "sft") -> SFTResult:
-    """Fine-tune `model` on chat prompt/completion `samples`; the log goes to output_dir/sft_log.jsonl.
+              cfg: SFTConfig, output_dir: str | Path, run: SFTRun = SFTRun()) -> SFTResult:
+    """Fine-tune `model` on chat prompt/completion `samples` as `run` says; the log goes to output_dir/sft_log.jsonl.
 
-    `max_steps` (or cfg.max_steps > 0) bounds the run by optimizer steps; otherwise cfg.num_epochs.
-    A full fine-tune updates `model` in place. `lora` wraps it with PEFT adapters first (unless it
-    already has them); `SFTResult.model` is the trained model either way (save it with `save_model`,
-    which merges adapters). `eval_fn(model) -> metrics` runs every `eval_every` steps and at the end.
+    A full fine-tune updates `model` in place; under `run.lora` `SFTResult.model` is the adapted model. It is
+    the trained model either way (save it with `save_model`, which merges adapters).
     """
-    return _train(model, tokenizer, samples, cfg, output_dir, max_steps, seed, eval_fn, eval_every, lora,
-                  group_by_length, completion_only, desc)[1]
+    return _train(model, tokenizer, samples, cfg, output_dir, run)[1]
 
 
-def make_trainer(model, tokenizer, rows, cfg: SFTConfig, output_dir: str | Path, max_steps: int | None = None,
-                 seed: int = 0, group_by_length: bool = False, completion_only: bool = True,
-                 callbacks: Sequence[TrainerCallback] = (), desc: str = "sft"):
+def make_trainer(model, tokenizer, rows, cfg: SFTConfig, output_dir: str | Path, run: SFTRun = SFTRun(),
+                 callbacks: Sequence[TrainerCallback] = ()):
     """The kit's SFTTrainer on checked `rows`: TRL tokenises them once here (a `datasets.Dataset` that
-    another trainer has already tokenised, its `train_dataset`, is used as is); the bar is named `desc`."""
+    another trainer has already tokenised, its `train_dataset`, is used as is); the bar is named `run.desc`.
+    `run`'s adapters and evaluations are `train_sft`'s to add."""
     from datasets import Dataset
     from transformers.trainer_callback import ProgressCallback
 
-    args = trl_config(cfg, output_dir, max_steps, seed, group_by_length, completion_only)
+    args = trl_config(cfg, output_dir, run.max_steps, run.seed, run.group_by_length, run.completion_only)
     data = rows if isinstance(rows, Dataset) else Dataset.from_list(rows)
     trainer = _trainer_class()(model=model, args=args, train_dataset=data, processing_class=tokenizer,
                                callbacks=list(callbacks))
     trainer.length_split, trainer.completion_head = cfg.length_split, cfg.completion_head
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(_step_bar(desc))
+    trainer.add_callback(_step_bar(run.desc))
     return trainer
 
 
@@ -335,17 +347,17 @@ def _step_bar(desc: str) -> TrainerCallback:
     return StepBar()
 
 
-def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, eval_fn=None, eval_every=0, lora=None,
-           group_by_length=False, completion_only=True, desc="sft"):
+def _train(model, tokenizer, samples, cfg: SFTConfig, output_dir: str | Path, run: SFTRun = SFTRun()):
+    """`train_sft`'s run, with its trainer: (trainer, result)."""
     from transformers import set_seed
     output_dir = Path(output_dir)
     rows = check_samples(samples)
-    set_seed(seed)
-    if lora is not None and not hasattr(model, "peft_config"):
-        model = apply_lora(model, lora)
+    set_seed(run.seed)
+    if run.lora is not None and not hasattr(model, "peft_config"):
+        model = apply_lora(model, run.lora)
     evals: list[dict[str, Any]] = []
-    settings = {"sft": dataclasses.asdict(cfg), "max_steps": max_steps, "seed": seed, "lora": lora,
-                "group_by_length": group_by_length, "completion_only": completion_only,
+    settings = {"sft": dataclasses.asdict(cfg), "max_steps": run.max_steps, "seed": run.seed, "lora": run.lora,
+                "group_by_length": run.group_by_length, "completion_only": run.completion_only,
                 "samples": hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest(),
                 "model": getattr(getattr(model, "config", None), "_name_or_path", None)}
     resume = None
@@ -355,8 +367,8 @@ def _train(model, tokenizer, samples, cfg, output_dir, max_steps=None, seed=0, e
         with PartialState(cpu=not torch.cuda.is_available()).main_process_first():  # one process moves files
             resume = resumable_checkpoint(output_dir, settings)
     resumed_step = int(resume.name.split("-")[1]) if resume else 0
-    trainer = make_trainer(model, tokenizer, rows, cfg, output_dir, max_steps, seed, group_by_length, completion_only,
-                           [_JsonlLog(output_dir / LOG_NAME, eval_fn, eval_every, evals, resumed_step)], desc)
+    trainer = make_trainer(model, tokenizer, rows, cfg, output_dir, run,
+                           [_JsonlLog(output_dir / LOG_NAME, run.eval_fn, run.eval_every, evals, resumed_step)])
     if resume:
         print(f"[sft] resuming from {resume} (step {resumed_step})", flush=True)
     # TRL has already cut sequences to max_length (and dropped any left with no completion token),
@@ -434,8 +446,8 @@ def _main(argv: Sequence[str] | None) -> SFTResult:
     registered = trl_config(cfg.sft, args.output, args.max_steps, cfg.seed)  # noqa: F841 (kept alive while loading)
     model, tokenizer = load_policy(args.model or cfg.model.base_model, dtype=training_dtype(cfg.model), device="cpu")
     lora = LoraSpec.from_config(cfg.model)
-    trainer, result = _train(model, tokenizer, read_samples(args.samples), cfg.sft, args.output, args.max_steps,
-                             cfg.seed, lora=lora)
+    trainer, result = _train(model, tokenizer, read_samples(args.samples), cfg.sft, args.output,
+                             SFTRun(args.max_steps, cfg.seed, lora))
     if lora is None:
         trainer.save_model(args.output)  # gathers ZeRO-3 shards into one 16-bit checkpoint
         if trainer.is_world_process_zero():
