@@ -8,7 +8,7 @@ from acesql_lib.config.settings import load_config
 from acesql_lib.data.datasets import load_synsql
 from acesql_lib.config.settings import DataConfig
 from acesql_lib.data.task import build_tasks
-from acesql_lib.train.distill import build_products, run_distillation, save_products, usable
+from acesql_lib.train.distill import SampledModel, build_products, run_distillation, save_products, usable
 from acesql_lib.models.engines import HFEngine
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import world_text
@@ -118,7 +118,7 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
                                   "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
                                   "distill.temperature": 0.3})
     run_distillation(hotter, ts[:2], engine, tok, tmp_path, style="tiny", progress=False)
-    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False, model="other-model")
+    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False, model=SampledModel("other-model"))
     folders = sorted(p for p in (tmp_path / "shards").iterdir())
     assert len(folders) == 3 and shards[0].exists()
     assert {json.loads((f / "settings.json").read_text())["temperature"] for f in folders} == {0.3, cfg.distill.temperature}
@@ -203,7 +203,8 @@ def test_shards_rolled_out_by_worker_processes_are_those_of_this_process(tasks, 
     one, two = (load_config("tiny", {**settings, "engine.workers": w}) for w in (1, 2))
     model, tok = load_policy(path, dtype="float32", device="cpu")  # as notebook 02 loads it
     here = run_distillation(one, ts, HFEngine(model, tok), tok, tmp_path / "here", style="tiny", progress=False)
-    there = run_distillation(two, ts, None, None, tmp_path / "there", style="tiny", progress=False, model_path=path)
+    there = run_distillation(two, ts, None, None, tmp_path / "there", style="tiny", progress=False,
+                             model=SampledModel(path=path))
     assert [r["qid"] for r in there] == [t.qid for t in ts]
     assert json.dumps(there) == json.dumps(here)
     shards = sorted((tmp_path / "there" / "shards").glob("*/shard-*.jsonl"))
@@ -215,4 +216,4 @@ def test_shards_rolled_out_by_worker_processes_are_those_of_this_process(tasks, 
     with pytest.raises(RuntimeError, match=r"(?s)distillation workers: job 'shards (\[0, 2\]|\[1\])' failed "
                                            r"\(exit 1\); its log is \S+worker-[01]\.log:\n.*model folder not found"):
         run_distillation(two, ts, None, None, tmp_path / "broken", style="tiny", progress=False,
-                         model_path=tmp_path / "no-model")
+                         model=SampledModel(path=tmp_path / "no-model"))

@@ -77,13 +77,23 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model, "rules": rules}
 
 
-def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str | None = None, progress: bool = True, model: str = "",
-                     model_path: str | Path | None = None) -> list[dict[str, Any]]:
-    """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
-    not redone. Other settings or another `model` (see `models.model_tag`) write a new folder; none is deleted.
+@dataclass(frozen=True)
+class SampledModel:
+    """The model distillation samples: its identity (`models.model_tag`, part of the shards' settings: another
+    model writes new shards) and the folder `engine` serves it from (where worker processes load their own
+    copy; None: no workers)."""
 
-    With `engine.workers` above 1 and the `model_path` that `engine` serves, the missing shards are rolled out
+    tag: str = ""
+    path: str | Path | None = None
+
+
+def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
+                     style: str | None = None, progress: bool = True,
+                     model: SampledModel = SampledModel()) -> list[dict[str, Any]]:
+    """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
+    not redone. Other settings or another model (`model.tag`) write a new folder; none is deleted.
+
+    With `engine.workers` above 1 and the `model.path` that `engine` serves, the missing shards are rolled out
     by that many worker processes, each with its own copy of the model and engine (acesql_lib/runtime/workers.py): each
     shard has its own seed, so its rollouts are those of this process, bit for bit."""
     if cfg.data.stage1_source == "authors":
@@ -91,7 +101,7 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
                            "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
     d = cfg.distill
     style = style or cfg.model.prompt_style  # None: the profile's prompt style
-    settings = shard_settings(cfg, style, model)
+    settings = shard_settings(cfg, style, model.tag)
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
     (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
@@ -101,13 +111,13 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     missing = [k for k in shards if k not in done]
     bar = tqdm(total=len(tasks), desc="distillation", unit="question", disable=not progress)
     bar.update(sum(len(shards[k]) for k in done))
-    if cfg.engine.workers > 1 and model_path is not None and len(missing) > 1:
+    if cfg.engine.workers > 1 and model.path is not None and len(missing) > 1:
         from ..runtime.workers import Job, run_jobs
 
         n = min(cfg.engine.workers, len(missing))
         jobs = [Job(f"shards {missing[j::n]}", "acesql_lib.train.distill:distill_shards", shard_dir / f"worker-{j}.log",
                     {"cfg": cfg, "shards": {k: shards[k] for k in missing[j::n]}, "shard_dir": shard_dir,
-                     "model_path": str(model_path), "style": style})
+                     "model_path": str(model.path), "style": style})
                 for j in range(n)]
         for seconds in run_jobs(jobs, n, "distillation workers", progress):
             add_totals(seconds)
@@ -400,7 +410,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
     engine, tokenizer = sampling_engine(cfg, model_path)
     try:
         records = run_distillation(cfg, tasks, engine, tokenizer, out, style=cfg.model.prompt_style,
-                                   progress=progress, model=model_tag(model_path))
+                                   progress=progress, model=SampledModel(model_tag(model_path)))
     finally:
         engine.close()
     by_id = {t.qid: t for t in tasks}
