@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, field, fields
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import torch
 
@@ -127,9 +127,23 @@ def pcgrad_combine(g_ret: Sequence[torch.Tensor | None], g_gen: Sequence[torch.T
     return _combine_inplace(clone(g_ret), clone(g_gen), mode, sharded, eps, max_ratio, detail)
 
 
+class _Sums(NamedTuple):
+    """The sums over every tensor (and over the ranks, when sharded) of the dot products, the two squared norms,
+    the conflicts and the tensors."""
+
+    dot: float
+    sq_ret: float
+    sq_gen: float
+    conflicts: float
+    tensors: float
+
+
 def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], mode: str,
                      sharded: bool | None, eps: float, max_ratio: float,
                      detail: bool = False) -> tuple[list[torch.Tensor | None], PCGradStats]:
+    """The combined gradient per tensor (written into g_gen's tensors, or g_ret's where g_gen has none) and
+    the statistics: three scalars per tensor, their sums, two coefficients per tensor, then one pass over the
+    gradients."""
     if mode not in PCGRAD_MODES:
         raise ValueError(f"pcgrad mode must be one of {PCGRAD_MODES}, got {mode!r}")
     if eps < 0 or max_ratio <= 0:
@@ -137,6 +151,25 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
     present = [i for i in range(len(g_ret)) if g_ret[i] is not None or g_gen[i] is not None]
     if not present:
         return list(g_gen), PCGradStats(0.0, 0.0, 0.0, 0.0, 0, 0)
+    d, nr, ng = _tensor_scalars(g_ret, g_gen, present)
+    sums = _sums(d, nr, ng, len(present), sharded)
+    c_ret, c_gen = _coefficients(mode, d, nr, ng, sums, eps, max_ratio)
+    out = _apply(g_ret, g_gen, present, c_ret, c_gen, scale=mode != "none")  # plain sum: no multiplying by 1
+    if mode == "global":
+        n_conflicts, ratio = int(sums.dot < 0), float(sums.dot < 0)
+    else:
+        n_conflicts, ratio = int(round(sums.conflicts)), sums.conflicts / max(sums.tensors, 1.0)
+    denom = (sums.sq_ret * sums.sq_gen) ** 0.5
+    tensors = _tensor_stats(present, d, nr, ng, c_ret, c_gen) if detail else ()
+    return out, PCGradStats(conflict_ratio=ratio, cosine=sums.dot / denom if denom > 0 else 0.0,
+                            norm_ret=sums.sq_ret ** 0.5, norm_gen=sums.sq_gen ** 0.5,
+                            n_tensors=int(round(sums.tensors)), n_conflicts=n_conflicts, tensors=tensors)
+
+
+def _tensor_scalars(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], present: list[int]
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per present tensor (this rank's part): <g_ret, g_gen>, |g_ret|^2 and |g_gen|^2, in fp32 (a missing
+    gradient's are 0)."""
     device = _local(g_ret[present[0]] if g_ret[present[0]] is not None else g_gen[present[0]]).device
     zero = torch.zeros((), device=device)
     dots, sq_ret, sq_gen = [], [], []
@@ -148,27 +181,37 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
         dots.append(_dot(r, g).to(device) if r is not None and g is not None else zero)
         sq_ret.append(_dot(r, r).to(device) if r is not None else zero)
         sq_gen.append(_dot(g, g).to(device) if g is not None else zero)
-    d, nr, ng = torch.stack(dots), torch.stack(sq_ret), torch.stack(sq_gen)
-    conflict = d < 0
-    totals = torch.stack([d.sum(), nr.sum(), ng.sum(), conflict.sum().float(),
-                          torch.tensor(float(len(present)), device=device)])
+    return torch.stack(dots), torch.stack(sq_ret), torch.stack(sq_gen)
+
+
+def _sums(d: torch.Tensor, nr: torch.Tensor, ng: torch.Tensor, n_present: int, sharded: bool | None) -> _Sums:
+    """The scalars summed over the tensors, and over the ranks when `sharded` (None: whenever torch.distributed
+    is initialised): scalars only, never the gradients."""
+    totals = torch.stack([d.sum(), nr.sum(), ng.sum(), (d < 0).sum().float(),
+                          torch.tensor(float(n_present), device=d.device)])
     if sharded is None:
         sharded = torch.distributed.is_available() and torch.distributed.is_initialized()
     if sharded and torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(totals)  # sum over ranks: scalars only, never the gradients
-    dot_all, sq_ret_all, sq_gen_all, n_conf, n_tens = totals.tolist()
+        torch.distributed.all_reduce(totals)
+    return _Sums(*totals.tolist())
 
+
+def _coefficients(mode: str, d: torch.Tensor, nr: torch.Tensor, ng: torch.Tensor, sums: _Sums, eps: float,
+                  max_ratio: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(c_ret, c_gen) per tensor under `mode`, so that g = c_ret g_ret + c_gen g_gen.
+
+    Projecting g_ret onto g_gen's normal plane adds -d/|g_gen|^2 to g_gen's coefficient, and vice versa; a
+    projection onto a gradient with squared norm <= eps is skipped."""
     one = torch.ones_like(d)
-    # Projecting g_ret onto g_gen's normal plane adds -d/|g_gen|^2 to g_gen's coefficient, and
-    # vice versa; a projection onto a gradient with squared norm <= eps is skipped.
+    conflict = d < 0
     onto_gen, onto_ret = conflict & (ng > eps), conflict & (nr > eps)
     if mode == "global":
-        c_ret = one * ((1 - dot_all / max(sq_ret_all, _TINY)) if dot_all < 0 and sq_ret_all > eps else 1.0)
-        c_gen = one * ((1 - dot_all / max(sq_gen_all, _TINY)) if dot_all < 0 and sq_gen_all > eps else 1.0)
+        c_ret = one * ((1 - sums.dot / max(sums.sq_ret, _TINY)) if sums.dot < 0 and sums.sq_ret > eps else 1.0)
+        c_gen = one * ((1 - sums.dot / max(sums.sq_gen, _TINY)) if sums.dot < 0 and sums.sq_gen > eps else 1.0)
     elif mode == "none":
         c_ret, c_gen = one, one
     elif mode == "norm_equalised":  # authors: global cap on |g_ret|, then one-sided projection
-        norm_r_all, norm_g_all = sq_ret_all ** 0.5, sq_gen_all ** 0.5
+        norm_r_all, norm_g_all = sums.sq_ret ** 0.5, sums.sq_gen ** 0.5
         s = max_ratio * norm_g_all / norm_r_all if norm_r_all > max_ratio * norm_g_all and norm_g_all > eps else 1.0
         c_ret = one * s
         c_gen = torch.where(onto_gen, 1 - s * d / ng.clamp_min(_TINY), one)
@@ -181,8 +224,13 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
     else:
         c_gen = torch.where(onto_gen, 1 - d / ng.clamp_min(_TINY), one)
         c_ret = one if mode == "generator_dominant" else torch.where(onto_ret, 1 - d / nr.clamp_min(_TINY), one)
+    return c_ret, c_gen
 
-    scale = mode != "none"  # plain sum: skip multiplying every gradient by 1
+
+def _apply(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor | None], present: list[int], c_ret: torch.Tensor,
+           c_gen: torch.Tensor, scale: bool) -> list[torch.Tensor | None]:
+    """g = c_ret g_ret + c_gen g_gen in place, per present tensor (into g_gen's tensor; g_ret's where g_gen has
+    none); `scale` False sums as is."""
     out = list(g_gen)
     for k, i in enumerate(present):
         r, g = g_ret[i], g_gen[i]
@@ -198,16 +246,7 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
         if r is not None:
             gl.add_(_local(r))
         out[i] = g
-
-    if mode == "global":
-        n_conflicts, ratio = int(dot_all < 0), float(dot_all < 0)
-    else:
-        n_conflicts, ratio = int(round(n_conf)), n_conf / max(n_tens, 1.0)
-    denom = (sq_ret_all * sq_gen_all) ** 0.5
-    tensors = _tensor_stats(present, d, nr, ng, c_ret, c_gen) if detail else ()
-    return out, PCGradStats(conflict_ratio=ratio, cosine=dot_all / denom if denom > 0 else 0.0,
-                            norm_ret=sq_ret_all ** 0.5, norm_gen=sq_gen_all ** 0.5,
-                            n_tensors=int(round(n_tens)), n_conflicts=n_conflicts, tensors=tensors)
+    return out
 
 
 def _tensor_stats(present: list[int], d: torch.Tensor, nr: torch.Tensor, ng: torch.Tensor, c_ret: torch.Tensor,
