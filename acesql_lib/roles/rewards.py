@@ -174,6 +174,26 @@ def _column(name: str, values: Sequence | None, n: int, default: Any = None) -> 
     return values
 
 
+def _lengths(n: int, columns: Mapping[str, Any]) -> tuple[list[int], list[bool]]:
+    """The completions' token counts (keyword column `n_tokens`, or the lengths of `completion_ids`) and whether
+    each was truncated (`truncated`, default False): what the length rules read."""
+    return (_token_counts(n, columns.get("n_tokens"), columns.get("completion_ids")),
+            _column("truncated", columns.get("truncated"), n, False))
+
+
+def _schema_column(n: int, schema: Sequence[Any] | None, db_id: Sequence[str] | None,
+                   schemas: Mapping[str, Any] | None) -> list:
+    """A schema per completion: the `schema` column, or each `db_id` looked up in the factory's `schemas`."""
+    if schema is not None:
+        return _column("schema", schema, n)
+    if db_id is not None and schemas is not None:
+        missing = sorted({d for d in db_id if d not in schemas})
+        if missing:
+            raise KeyError(f"retriever reward: no schema for db_id {missing}")
+        return [schemas[d] for d in _column("db_id", db_id, n)]
+    raise ValueError("retriever reward needs a `schema` column, or `db_id` plus schemas given to the factory")
+
+
 def make_generator_reward_fn(penalty: LengthPenalty = PAPER_PENALTY, prefilled_think: bool = False,
                              rules: str = "authors", truncation_gate: bool = False) -> Callable[..., list[float]]:
     """Reward function over generator completions; keyword column `matches` (bools, from the
@@ -211,26 +231,16 @@ def make_retriever_reward_fn(schemas: Mapping[str, Any] | None = None, kind: str
 
     def retriever_reward_fn(completions: Sequence[Any], targets: Sequence[Iterable] | None = None,
                             schema: Sequence[Any] | None = None, db_id: Sequence[str] | None = None,
-                            n_tokens: Sequence[int] | None = None, completion_ids: Sequence | None = None,
-                            truncated: Sequence[bool] | None = None, pool_weights: Sequence[Mapping] | None = None,
-                            gold: Sequence[Iterable[str]] | None = None, **_: Any) -> list[float]:
+                            pool_weights: Sequence[Mapping] | None = None, gold: Sequence[Iterable[str]] | None = None,
+                            **columns: Any) -> list[float]:
         n = len(completions)
-        counts = _token_counts(n, n_tokens, completion_ids)
-        trunc_col = _column("truncated", truncated, n, False)
+        counts, trunc_col = _lengths(n, columns)
         if kind == "dense":
             weight_col, target_col = _column("pool_weights", pool_weights, n), [()] * n
             gold_col = _column("gold", gold, n, ())
         else:
             target_col = _column("targets", targets, n)
-        if schema is not None:
-            schema_col = _column("schema", schema, n)
-        elif db_id is not None and schemas is not None:
-            missing = sorted({d for d in db_id if d not in schemas})
-            if missing:
-                raise KeyError(f"retriever reward: no schema for db_id {missing}")
-            schema_col = [schemas[d] for d in _column("db_id", db_id, n)]
-        else:
-            raise ValueError("retriever reward needs a `schema` column, or `db_id` plus schemas given to the factory")
+        schema_col = _schema_column(n, schema, db_id, schemas)
         rewards = []
         for i, (c, tgts, sch, k, t) in enumerate(zip(completions, target_col, schema_col, counts, trunc_col)):
             parse = parse_retriever(_completion_text(c), sch, bool(t), prefilled_think, rules, think_rules)
