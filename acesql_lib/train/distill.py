@@ -146,8 +146,8 @@ def _finished_shard(shard_dir: Path, k: int, chunk: Sequence[Task]) -> list[dict
 def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, tokenizer: Any, style: str,
                    shard_dir: Path) -> list[dict[str, Any]]:
     # judged as GRPO rewards (RolloutSpec.distill: grpo.*'s parsers, truncation, SQL text and column sets)
-    rolls = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
-    lines = [_record(r) for r in rolls]
+    rollouts = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
+    lines = [_record(r) for r in rollouts]
     path = shard_dir / f"shard-{k:05d}.jsonl"
     tmp = path.with_suffix(".tmp")
     tmp.write_text("".join(json.dumps(x) + "\n" for x in lines))

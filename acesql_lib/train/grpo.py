@@ -226,9 +226,9 @@ class JointGRPO:
         # -- 8-10. two backward passes, PCGrad, clip, AdamW
         w_gen = generator_loss_weight(step, self.total_steps, grpo.gen_schedule_ratio, grpo.schedule, grpo.pcgrad)
         self.engine.release_for_update()  # with engine.sleep_during_update: its memory is the update's until the sync
-        ret_loss, gen_loss, pcgrad_stats, grad_norm = self.optimize(
-            role_batch(rollouts, "retriever", a_ret, self.tokenizer), role_batch(rollouts, "generator", a_gen, self.tokenizer),
-            w_gen, step)
+        ret_batch = role_batch(rollouts, "retriever", a_ret, self.tokenizer)
+        gen_batch = role_batch(rollouts, "generator", a_gen, self.tokenizer)
+        ret_loss, gen_loss, pcgrad_stats, grad_norm = self.optimize(ret_batch, gen_batch, w_gen, step)
 
         # -- 11. the engine samples from the updated policy next step
         self.engine.sync_weights(self.unwrapped)
@@ -368,9 +368,9 @@ class JointGRPO:
         as val/*_start. Validation is seeded on its own RNG, so training is unchanged by it, and reading it back
         (`grpo_validation.start_key`) changes nothing else."""
         if self.val_tasks and self.state.step == 0 and not self._val_start:
-            saved = SavedStartValidation(self.out.parent, start_key(self.cfg, self.rules, self.val_tasks, self.tokenizer,
-                                                                    self.pool, self.policy_source,
-                                                                    self.acc.num_processes))
+            key = start_key(self.cfg, self.rules, self.val_tasks, self.tokenizer, self.pool, self.policy_source,
+                            self.acc.num_processes)
+            saved = SavedStartValidation(self.out.parent, key)
             stored = saved.read()
             if stored is not None:
                 self._val_start = stored

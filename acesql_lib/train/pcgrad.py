@@ -159,9 +159,9 @@ def _combine_inplace(g_ret: list[torch.Tensor | None], g_gen: list[torch.Tensor 
         n_conflicts, ratio = int(sums.dot < 0), float(sums.dot < 0)
     else:
         n_conflicts, ratio = int(round(sums.conflicts)), sums.conflicts / max(sums.tensors, 1.0)
-    denom = (sums.sq_ret * sums.sq_gen) ** 0.5
+    norms = (sums.sq_ret * sums.sq_gen) ** 0.5  # |g_ret| |g_gen|
     tensors = _tensor_stats(present, d, nr, ng, c_ret, c_gen) if detail else ()
-    return out, PCGradStats(conflict_ratio=ratio, cosine=sums.dot / denom if denom > 0 else 0.0,
+    return out, PCGradStats(conflict_ratio=ratio, cosine=sums.dot / norms if norms > 0 else 0.0,
                             norm_ret=sums.sq_ret ** 0.5, norm_gen=sums.sq_gen ** 0.5,
                             n_tensors=int(round(sums.tensors)), n_conflicts=n_conflicts, tensors=tensors)
 
