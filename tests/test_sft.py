@@ -332,7 +332,7 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     key_on, key_off = base_settings(on.cfg, world), base_settings(off.cfg, world)
     assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
     # filtering's code keys the base only when it chooses the questions left out
-    assert "filtering" in build_modules(on.cfg) and "filtering" not in build_modules(off.cfg)
+    assert "data.filtering" in build_modules(on.cfg) and "data.filtering" not in build_modules(off.cfg)
     assert key_on["code"] == code_hash(*BUILD_ENTRY, leave_out=BUILD_LEAVES_OUT)
     assert key_off["code"] == code_hash(*BUILD_ENTRY, leave_out=(*BUILD_LEAVES_OUT, "data.filtering"))
     assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,
