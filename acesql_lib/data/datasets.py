@@ -378,7 +378,7 @@ def eval_examples(eval_set: Any, check_db: bool = True) -> LoadResult:
     if getattr(eval_set, "question_field", ""):
         return load_spider_variant(path, db_root, check_db=check_db, question_field=eval_set.question_field)
     loader = load_bird if eval_set.format == "bird" else load_spider
-    tables = (Path(eval_set.tables) if Path(eval_set.tables).is_absolute() else root / eval_set.tables) \
+    tables = (Path(eval_set.tables) if Path(eval_set.tables).is_absolute() else REPO_ROOT / eval_set.tables) \
         if getattr(eval_set, "tables", "") else None
     return loader(path, db_root, check_db=check_db, tables=tables if tables is not None and tables.is_file() else None)
 
