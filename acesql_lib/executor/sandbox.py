@@ -26,7 +26,7 @@ from pathlib import Path
 from .connections import MAX_VDBE_OPS, DatabaseOpenError, SandboxConnection, _evict, cached_connection
 from .statements import check_sql, first_word
 
-STATUSES = ("ok", "error", "timeout", "too_large", "blocked", "wrong_shape")  # wrong_shape: see batch._run_task
+STATUSES = ("ok", "error", "timeout", "too_large", "blocked", "wrong_shape")  # wrong_shape: see tasks._run_task
 VALID_STATUSES = ("ok", "wrong_shape")  # a prediction that compiled and has a verdict (not an execution failure)
 DEFAULT_RESULT_BYTES = 256_000_000  # UNKNOWN (kit): result-size cap, counted per row
 DEFAULT_MAX_ROWS = 100_000  # UNKNOWN (kit): result-row cap (0 = none; the BIRD command uses none)

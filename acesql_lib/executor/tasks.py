@@ -1,6 +1,6 @@
 """What a worker runs: one (db, gold) group of predictions, or one statement whose rows come back,
 each SQL phase (a gold's execution; a prediction's shape probe, execution and comparison) under one
-deadline published through `_Clock`, so the parent can stop a worker that overruns it (workers.py)."""
+deadline published through `_Clock`, so the parent can stop a worker that overruns it (pools.py)."""
 from __future__ import annotations
 
 import dataclasses
