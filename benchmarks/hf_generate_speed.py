@@ -125,7 +125,8 @@ def main() -> None:
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
-            result = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(stage="bench"), engine=engine, progress=False)
+            result = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(stage="bench"), engine=engine,
+                              progress=False)
             outputs = [(r["retrieved_columns"], r["pred_sql"], r["gold_schema_sql"], r["retriever_tokens"],
                         r["generator_tokens"]) for r in result.records]
             tokens = sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records)  # gold pass not counted

@@ -50,7 +50,8 @@ def main() -> None:
 
     def eval_fn(model, tokenizer):
         model.eval()
-        m = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(mode="set", stage="cal"), progress=False).metrics
+        m = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(mode="set", stage="cal"),
+                     progress=False).metrics
         row = {k: m[k] for k in ("ex", "generator_ability", "retriever_ability", "column_recall",
                                  "column_precision", "tokens_per_question")}
         row["elapsed_s"] = round(time.perf_counter() - start, 1)

@@ -330,8 +330,8 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
     for scoring in ("kit", "authors"):
         cfg = load_config("tiny", {"eval.scoring": scoring, "engine.hf_batch_size": 8, "eval.workers": 1})
         out = tmp_path / scoring
-        result = evaluate(None, tok, examples, schemas, cfg, EvalOptions(mode="set", stage="s", out_dir=out, set_name="dev"),
-                          engine=Fixed(), progress=False)
+        result = evaluate(None, tok, examples, schemas, cfg,
+                          EvalOptions(mode="set", stage="s", out_dir=out, set_name="dev"), engine=Fixed(), progress=False)
         got[scoring] = [r["correct"] for r in result.records]
         assert result.metrics["scoring"] == scoring
         assert read_bird_predictions(out / "predict_dev.json") == {0: ("", "concerts"), 1: (tricky, "concerts")}
@@ -367,8 +367,9 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
             return [[Completion(answer(p, max_new_tokens), [1], 1, False)] * n for p in prompts]
 
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
-    result = evaluate(None, tok, examples, schemas, cfg, EvalOptions(mode="set", stage="s", out_dir=tmp_path, set_name="dev"),
-                      engine=ByPrompt(), progress=False)
+    result = evaluate(None, tok, examples, schemas, cfg,
+                      EvalOptions(mode="set", stage="s", out_dir=tmp_path, set_name="dev"), engine=ByPrompt(),
+                      progress=False)
     style = evaluation_style(cfg.model.prompt_style)
     assert style != AUTHORS_EVAL
     on_gold = {ex.question: generator_prompt(Task(ex, schemas[ex.db_id]), gold[ex.question], tok, style,

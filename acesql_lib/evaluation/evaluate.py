@@ -102,7 +102,8 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens,
                                context=context)
-    rules = RolloutSpec.evaluation(cfg, options.mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
+    # eval.*'s parsers: the authors' EVAL rules or the kit's
+    rules = RolloutSpec.evaluation(cfg, options.mode, timeout_s, scoring)
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style, chunk=chunk, progress=progress)
 
@@ -375,7 +376,8 @@ def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Pa
     """A released checkpoint under its own protocol (`acesql_lib.evaluation.baselines`), metrics by set name, files under
     runs/<profile>/eval/baselines/<name>/<set>. The paper's own protocol ("qwen3-8b") is this module's two-pass
     evaluation; a release's runs its prompts, decoding and extraction with one engine for every set."""
-    from .baselines import BASELINES_DIR, KIT_PROTOCOL, ReleaseRun, evaluate_release, kit_baseline_metrics, release_config
+    from .baselines import (BASELINES_DIR, KIT_PROTOCOL, ReleaseRun, evaluate_release, kit_baseline_metrics,
+                            release_config)
 
     if name == KIT_PROTOCOL:
         results = evaluate_sets(cfg, paths, model_path, eval_sets, f"{BASELINES_DIR}/{name}", progress)

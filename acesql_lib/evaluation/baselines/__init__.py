@@ -10,7 +10,8 @@ from .protocols import BASELINES, KIT_PROTOCOL, PAPER_METHODS, PROTOCOLS, Decodi
 from .run import (BASELINES_DIR, ReleaseRun, add_baseline_arguments, baseline_dir, evaluate_release,
                   kit_baseline_metrics, majority_vote, print_baseline_results, release_config)
 
-__all__ = ["BASELINES", "BASELINES_DIR", "Decoding", "KIT_PROTOCOL", "PAPER_METHODS", "PROTOCOLS", "Protocol", "ReleaseRun",
+__all__ = ["BASELINES", "BASELINES_DIR", "Decoding", "KIT_PROTOCOL", "PAPER_METHODS", "PROTOCOLS", "Protocol",
+           "ReleaseRun",
            "add_baseline_arguments", "baseline_dir", "estimated_hours", "evaluate_release", "kit_baseline_metrics",
            "last_sql_block", "majority_vote", "print_baseline_results", "protocol", "release_config",
            "release_question"]
