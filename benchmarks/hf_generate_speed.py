@@ -92,7 +92,7 @@ def main() -> None:
     from acesql_lib.config.context import RunContext
     from acesql_lib.data.datasets import schemas_for, training_pool
     from acesql_lib.models.engines import HFEngine
-    from acesql_lib.evaluation.evaluate import evaluate, load_eval_set
+    from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, load_eval_set
     from acesql_lib.models.loading import load_policy
     from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.runtime.timing import totals
@@ -125,7 +125,8 @@ def main() -> None:
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
-            result = evaluate(model, tokenizer, examples, schemas, cfg, stage="bench", engine=engine, progress=False)
+            result = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(stage="bench"), engine=engine,
+                              progress=False)
             outputs = [(r["retrieved_columns"], r["pred_sql"], r["gold_schema_sql"], r["retriever_tokens"],
                         r["generator_tokens"]) for r in result.records]
             tokens = sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records)  # gold pass not counted

@@ -298,7 +298,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     read), a training rollout (self-distillation, GRPO, its validation) with their training templates."""
 
     from acesql_lib.data.datasets import Example
-    from acesql_lib.evaluation.evaluate import evaluate
+    from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
     from acesql_lib.roles.prompts import AUTHORS_EVAL
     from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.data.schema import Schema
@@ -337,8 +337,8 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     assert [s.relevant_values for s in EvalConfig().sets] == [s.relevant_values for s in cfg.eval.sets]
     engine.prompts = []
     spider = Schema.from_sqlite(db)
-    evaluate(None, tokenizer, [ex], {"club": spider}, cfg, mode="spider", set_name="spider_dev", engine=engine,
-             progress=False, relevant_values=False)
+    evaluate(None, tokenizer, [ex], {"club": spider}, cfg,
+             EvalOptions(mode="spider", set_name="spider_dev", relevant_values=False), engine=engine, progress=False)
     bare = Task(ex, spider, given_values={})
     assert "example: ['x', 'y']" in bare.full_ddl and spider.values_index is None
     assert engine.prompts[0] == retriever_prompt(bare, tokenizer, AUTHORS_EVAL)

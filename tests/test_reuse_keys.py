@@ -13,7 +13,7 @@ from acesql_lib.pipeline import tinybase
 from acesql_lib.config.settings import load_config
 from acesql_lib.runtime.reuse_keys import code_hash, imported_modules, settings_hash, source_digest
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import TinyWorld
 from helpers_db import sqlite_db
@@ -164,7 +164,7 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
     for _ in range(2):
         model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                  intermediate_size=64, max_position=1024, seed=0)
-        runs.append(evaluate(model, tok, examples, schemas, cfg, mode="set", progress=False).records)
+        runs.append(evaluate(model, tok, examples, schemas, cfg, EvalOptions(mode="set"), progress=False).records)
     assert runs[0] == runs[1]
     assert any(r["retriever_tokens"] > 1 for r in runs[0])  # something was generated, not two empty runs
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from ..config.settings import Truncation
 from ..models.engines import Completion, Engine, stop_token_ids, within_context
 from ..roles.parsers import parse_generator_eval, parse_retriever_eval
-from ..executor import score_batch
+from ..executor import ResultReading, score_batch
 from ..executor.scoring import rule as scoring_rule, sql_to_run
 from ..runtime.progress import tqdm
 from ..roles.prompts import generator_messages, parse_generator, parse_retriever, retriever_messages
@@ -406,7 +406,7 @@ def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "m
               r.task.example.db_path) for r in rollouts for p in r.generator.parses]
     with phase("execution"):
         scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
-                             progress=progress, strict_utf8=sc.strict_utf8) if items else []
+                             progress=progress, reading=ResultReading(strict_utf8=sc.strict_utf8)) if items else []
     k = 0
     for r in rollouts:
         n = len(r.generator.parses)
