@@ -44,7 +44,7 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.models.engines import HFEngine, VLLMEngine
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 

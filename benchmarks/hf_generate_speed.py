@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from acesql_lib.config.settings import REPO_ROOT  # noqa: E402
+from acesql_lib.config.paths import REPO_ROOT  # noqa: E402
 
 VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.from_config)
     "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),

@@ -29,7 +29,7 @@ def parity(dtype: str, workdir: Path, max_new_tokens: int = 24, sleep: bool = Fa
     sleeps through the step as GRPO's update does (`engine.sleep_during_update`) and the sync wakes it."""
     import torch
 
-    from acesql_lib.config.settings import ModelConfig
+    from acesql_lib.config.model import ModelConfig
     from acesql_lib.models.engines import HFEngine, VLLMEngine
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 
@@ -74,7 +74,7 @@ def throughput(dtype: str, workdir: Path, n_prompts: int, n: int, max_new_tokens
     import torch
     from vllm import LLM, SamplingParams
 
-    from acesql_lib.config.settings import ModelConfig
+    from acesql_lib.config.model import ModelConfig
     from acesql_lib.models.engines import VLLMEngine
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 

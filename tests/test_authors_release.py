@@ -12,7 +12,8 @@ import pytest
 
 from acesql_lib.authors import release as A
 from acesql_lib.train import pool_init as P
-from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import load_config
 from acesql_lib.train.distill import load_rl_tasks, load_sft_samples, run_distillation
 from acesql_lib.config.paths import Paths
 from acesql_lib.roles.pool import ColumnSetPool

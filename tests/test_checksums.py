@@ -10,7 +10,8 @@ import pytest
 
 from acesql_lib.data import checksums
 from acesql_lib.data.checksums import ChecksumError, DigestCache, load_manifest, preflight_rows, verify_benchmark
-from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import load_config
 from repo_paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql
 from acesql_lib.train.distill import build_products, make_tasks, run_distillation, save_products, usable
 from acesql_lib.models.engines import HFEngine

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acesql_lib.config.settings import EngineConfig
+from acesql_lib.config.model import EngineConfig
 from acesql_lib.models.engines import Completion, HFEngine, count_tokens, make_engine, policy_weights, stop_token_ids
 from acesql_lib.models.loading import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
 from acesql_lib.runtime.workers import DECODE_THREADS
@@ -342,7 +342,7 @@ def test_exponential_noise_is_torchs_draw():
 
 
 def test_engine_settings_are_checked():
-    from acesql_lib.config.settings import ConfigError
+    from acesql_lib.config.checks import ConfigError
 
     with pytest.raises(ConfigError, match="engine.hf_cache"):
         EngineConfig(hf_cache="paged")

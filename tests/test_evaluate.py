@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.config.eval import EvalSet
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
 from acesql_lib.evaluation.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
                                  retrieval_metrics, summarize, token_metrics)

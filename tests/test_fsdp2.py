@@ -98,7 +98,7 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from acesql_lib.train import checkpoint as ckpt
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     acc = Accelerator(cpu=True)  # the process group over gloo, as a launched GRPO rank has it
@@ -157,7 +157,7 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     acc = Accelerator(cpu=True)
     ckpt.load_latest(tmp_path / "run", acc, model, opt, sched, gamma=0.5)
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.pipeline.runner import run_pipeline
 from acesql_lib.reports import FIGURES, TABLES
 from pipeline_checks import NOTEBOOKS, assert_every_artefact

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from acesql_lib.config.settings import REPO_ROOT, load_config
+from acesql_lib.config.paths import REPO_ROOT
+from acesql_lib.config.profiles import load_config
 from acesql_lib.pipeline.preflight import (GIB, INFO, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
                                   memory_estimates, n_params, one_gpu_verdict, packed_rows_check, run_checks)
 from acesql_lib.train.memory import logits_bytes
@@ -276,7 +277,7 @@ def test_sft_reaches_the_papers_batch_of_64_on_one_gpu_by_accumulation_and_says_
     it WARNs. TRL's own config receives the derived accumulation (the launch: tests/test_launches.py)."""
     import dataclasses
 
-    from acesql_lib.config.settings import ConfigError
+    from acesql_lib.config.checks import ConfigError
     from acesql_lib.pipeline.preflight import FAIL, sft_batch
     from acesql_lib.train.sft import trl_config
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from acesql_lib.config.settings import GRPOConfig
+from acesql_lib.config.train import GRPOConfig
 from acesql_lib.roles.prompts import generator_target, parse_generator, parse_retriever, retriever_target
 from acesql_lib.roles.rewards import (
     LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward, group_advantages, length_penalty,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from acesql_lib.config.settings import REPO_ROOT as REPO, load_config
+from acesql_lib.config.paths import REPO_ROOT as REPO
+from acesql_lib.config.profiles import load_config
 from acesql_lib.models.loading import load_tokenizer
 from acesql_lib.data.datasets import Example
 from acesql_lib.models.engines import Completion, Engine

@@ -221,7 +221,7 @@ def test_grpo_rollout_metrics_use_the_routes_definition(shop):
 def test_distillation_summary_uses_the_routes_definition(shop):
     """Distillation counted every correct set as alternative when the gold did not resolve, and
     compared sets case-sensitively; now its share is `route_share` of the same records."""
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.train.distill import build_products
     from acesql_lib.train.rollouts import Task
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from acesql_lib.pipeline import run_card
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.pipeline.runner import run_pipeline
 from acesql_lib.reports.tables import Table, run_card_note
 from pipeline_checks import stub_notebook

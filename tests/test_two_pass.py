@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
 from acesql_lib.models.engines import HFEngine
 from acesql_lib.evaluation.evaluate import evaluate

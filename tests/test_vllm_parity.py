@@ -109,7 +109,7 @@ def run_reuse(workdir: Path, folder: Path, model, tokenizer, greedy) -> dict:
     checkpoint B (the same model after the optimizer step, saved to its own folder); the block's end shuts it
     down (tests/test_engine_reuse.py checks the rules without vLLM)."""
     from acesql_lib.models import engine_reuse
-    from acesql_lib.config.settings import EngineConfig
+    from acesql_lib.config.model import EngineConfig
     from acesql_lib.models.engines import make_engine
     from acesql_lib.models.loading import load_policy, save_tiny
 

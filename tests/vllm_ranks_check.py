@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 
 def main(model_dir: str) -> dict:
-    from acesql_lib.config.settings import EngineConfig
+    from acesql_lib.config.model import EngineConfig
     from acesql_lib.models.engines import HFEngine, make_engine
     from acesql_lib.models.loading import load_policy
 

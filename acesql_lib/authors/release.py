@@ -530,7 +530,7 @@ def pool_statistics(raw: RawPool, rows: Sequence[AuthorsRow] = ()) -> dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from ..config.settings import load_config, parse_overrides
+    from ..config.profiles import load_config, parse_overrides
 
     ap = argparse.ArgumentParser(description="Read the authors' released data into the kit's formats.")
     ap.add_argument("--config", default="paper", help="profile name or YAML path")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..config.settings import REPO_ROOT
+from ..config.paths import REPO_ROOT
 from ..runtime.jsonfiles import DatasetError, db_id_problem, read_json_list  # the one reader of JSON inputs
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import Config, EvalSet
+from ..config.eval import EvalSet
+from ..config.settings import Config
 from ..runtime.reuse_keys import code_hash, engine_key, settings_hash
 from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
 from .records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from . import engine_reuse
-from ..config.settings import Config, EngineConfig
+from ..config.model import EngineConfig
+from ..config.settings import Config
 from .loading import END_OF_TEXT, IM_END
 from ..runtime.progress import waiting
 from .sharding import gathered_fsdp, is_sharded

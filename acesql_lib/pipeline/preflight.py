@@ -47,9 +47,12 @@ from typing import Any, Callable
 
 import yaml
 
-from ..config.settings import BIRD_DEV_VERSION, REPO_ROOT, Config, ConfigError, load_config, parse_overrides
+from ..config.checks import ConfigError
+from ..config.eval import BIRD_DEV_VERSION
+from ..config.profiles import load_config, parse_overrides
+from ..config.settings import Config
 from ..train.memory import grpo_step_bytes, n_params
-from ..config.paths import Paths, resolve
+from ..config.paths import REPO_ROOT, Paths, resolve
 from ..train.schedule import PAPER_GPUS, PAPER_PARAMS, ROLLOUT_TOKENS_PER_HOUR, total_steps
 
 OK, WARN, MISSING, INFO, FAIL = "OK", "WARN", "MISSING", "INFO", "FAIL"

@@ -26,8 +26,9 @@ from typing import Any
 
 from ..data.checksums import (SET_BENCHMARKS, DigestCache, default_cache, digest_of, load_manifest, preflight_rows,
                               profile_benchmarks)
-from ..config.settings import REPO_ROOT, Config, load_config, parse_overrides
-from ..config.paths import TIMES_NAME, Paths, resolve
+from ..config.profiles import load_config, parse_overrides
+from ..config.settings import Config
+from ..config.paths import REPO_ROOT, TIMES_NAME, Paths, resolve
 
 CARD_JSON, CARD_MD = "run_card.json", "run_card.md"
 UNKNOWN = "unknown"

@@ -28,8 +28,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..config.settings import REPO_ROOT, ConfigError, load_config, parse_overrides
-from ..config.paths import TIMES_NAME, Paths
+from ..config.checks import ConfigError
+from ..config.profiles import load_config, parse_overrides
+from ..config.paths import REPO_ROOT, TIMES_NAME, Paths
 from ..runtime.warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"

@@ -26,9 +26,9 @@ from typing import Any
 
 from ..runtime.progress import tqdm
 
-from ..config.settings import REPO_ROOT, load_config, parse_overrides
+from ..config.profiles import load_config, parse_overrides
 from ..runtime.reuse_keys import code_hash, settings_hash
-from ..config.paths import EVAL_CACHE
+from ..config.paths import EVAL_CACHE, REPO_ROOT
 
 SHARED_NOTEBOOKS = ["00", "01", "02", "03"]
 SEED_NOTEBOOKS = ["04", "05", "06"]

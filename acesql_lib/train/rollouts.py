@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..config.settings import Truncation
+from ..config.choices import Truncation
 from ..models.engines import Completion, Engine, stop_token_ids, within_context
 from ..roles.parsers import parse_generator_eval, parse_retriever_eval
 from ..executor import score_batch

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...config.settings import Config, EvalSet
+from ...config.eval import EvalSet
+from ...config.settings import Config
 from ..records import EvalResult, ex_by_difficulty, write_outputs
 from ...config.paths import Paths, resolve
 from .omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
