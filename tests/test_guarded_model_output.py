@@ -5,7 +5,7 @@ import pytest
 
 from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.models.completions import Completion, Engine
 from acesql_lib.roles.parsers import parse_retriever_eval
 from acesql_lib.evaluation.evaluate import evaluate
 from acesql_lib.models.loading import train_tiny_tokenizer

@@ -281,7 +281,7 @@ class _Recording:
         self.prompts: list[str] = []
 
     def generate(self, prompts, n=1, **kw):
-        from acesql_lib.models.engines import Completion
+        from acesql_lib.models.completions import Completion
 
         self.prompts += prompts
         out = []

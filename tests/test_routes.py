@@ -185,7 +185,7 @@ def test_alternative_route_of_one_prediction_ignores_case_and_needs_both_sets():
 def _rollouts_on(shop, rows):
     """QuestionRollouts on the shop database, executed for real; rows = [(gold, [generator SQL, ...])]."""
     from acesql_lib.data.datasets import Example
-    from acesql_lib.models.engines import Completion
+    from acesql_lib.models.completions import Completion
     from acesql_lib.roles.prompts import GeneratorParse
     from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
 

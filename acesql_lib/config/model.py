@@ -89,7 +89,7 @@ class EngineConfig:
     hf_greedy_batch_size: PositiveInt = 64
     # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
     # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster, else dynamic. The
-    # kit's loop (`hf_drop_finished`) keeps its own cache, which grows in place (`engines.in_place_cache`)
+    # kit's loop (`hf_drop_finished`) keeps its own cache, which grows in place (`hf_cache.in_place_cache`)
     hf_cache: HFCache = "auto"
     # batch prompts of similar token length together (less left padding; faster sampling, greedy unchanged:
     # benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets, so it is off and a run's

@@ -55,7 +55,9 @@ from typing import Any
 from ..config.eval import EvalSet
 from ..config.settings import Config
 from ..runtime.reuse_keys import code_hash, engine_key, settings_hash
-from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
+from ..models.completions import Engine
+from ..models.engines import make_engine, policy_load_device
+from ..models.hf_engine import HFEngine
 from .records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401
 from ..config.paths import Paths, resolve
 from ..roles.prompts import evaluation_style

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..config.choices import Truncation
-from ..models.engines import Completion, Engine, stop_token_ids, within_context
+from ..models.completions import Completion, Engine, stop_token_ids, within_context
 from ..roles.parsers import parse_generator_eval, parse_retriever_eval
 from ..executor import score_batch
 from ..executor.scoring import rule as scoring_rule, sql_to_run
