@@ -66,15 +66,15 @@ def test_changing_a_setting_changes_the_settings_digest():
 
 def test_a_dirty_tree_is_flagged_and_a_folder_outside_git_says_unknown(tmp_path):
     repo = tmp_path / "repo"
-    (repo / "acesql_lib").mkdir(parents=True)
-    shutil.copy(ROOT / "acesql_lib" / "run_card.py", repo / "acesql_lib" / "run_card.py")
+    (repo / "acesql_lib" / "pipeline").mkdir(parents=True)
+    shutil.copy(ROOT / "acesql_lib" / "pipeline" / "run_card.py", repo / "acesql_lib" / "pipeline" / "run_card.py")
     _git(tmp_path, "init", "-q", str(repo))
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     clean = run_card.git_state(repo)
     assert clean == {"commit": _git(repo, "rev-parse", "HEAD"), "dirty": False, "changed": []}
     before = run_card.code_digest(repo)["digest"]
-    with (repo / "acesql_lib" / "run_card.py").open("a") as f:
+    with (repo / "acesql_lib" / "pipeline" / "run_card.py").open("a") as f:
         f.write("# edited\n")
     dirty = run_card.git_state(repo)
     assert dirty["dirty"] is True and dirty["changed"] == ["acesql_lib/pipeline/run_card.py"]

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from ..config.checks import ConfigError
 from ..config.profiles import load_config, parse_overrides
-from ..config.paths import REPO_ROOT, TIMES_NAME, Paths
+from ..config.paths import Paths, REPO_ROOT, TIMES_NAME
 from ..runtime.warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
