@@ -12,9 +12,10 @@ import yaml
 
 from acesql_lib.config.checks import ConfigError
 from acesql_lib.config.profiles import CONFIG_DIR, load_config
-from acesql_lib.data.datasets import (DatasetError, OfflineError, eval_examples, download_spider_dk, download_spider_realistic,
-                                 download_spider_syn, load_bird, load_spider, load_spider_dk, load_spider_realistic,
-                                 load_spider_syn, load_spider_test, load_synsql, load_tables)
+from acesql_lib.data.datasets import (DatasetError, eval_examples, load_bird, load_spider, load_spider_dk,
+                                      load_spider_realistic, load_spider_syn, load_spider_test, load_synsql,
+                                      load_tables)
+from acesql_lib.data.downloads import OfflineError, download_spider_dk, download_spider_realistic, download_spider_syn
 from acesql_lib.data.layouts import MARKER, LayoutError, LayoutRoots, synonym_rewrite, write_layouts
 from acesql_lib.data.tinyworld import build_tinyworld
 

@@ -1,7 +1,7 @@
 """The authors' released data as the kit's inputs: their initial pool, RL rows and SFT files.
 
 The authors published their stage-1 products (GitHub xbchen1/ACE-SQL, MIT; Hugging Face dataset
-xiaobing11/ACE-SQL, `datasets.download_acesql_release`). This module is the one place that knows
+xiaobing11/ACE-SQL, `downloads.download_acesql_release`). This module is the one place that knows
 their formats and turns them into the kit's own records:
 
 - `initial_pool.json`: `{"<db_id>||<question>": {"<comma-separated sorted column indices>": weight}}`.
@@ -87,7 +87,7 @@ def release_file(root: str | Path, what: str) -> Path:
             return root / rel
     raise FileNotFoundError(
         f"{root}: the authors' release has no {what} file (looked for {', '.join(RELEASE_FILES[what])}); "
-        f"download it with acesql_lib.data.datasets.download_acesql_release({str(root)!r}) on a machine with internet")
+        f"download it with acesql_lib.data.downloads.download_acesql_release({str(root)!r}) on a machine with internet")
 
 
 def read_records(path: str | Path) -> list[Any]:

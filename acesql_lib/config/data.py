@@ -37,7 +37,7 @@ class DataConfig:
     tiny_n_dev_id: NonNegativeInt = 0  # tiny world: in-distribution dev questions (training databases, new values); 0 = none
     tinyworld_dir: str = "data/tinyworld"  # where the tiny world is generated (git-ignored)
     stage1_source: Stage1Source = "ours"  # "ours": stage 1 (§3) run by the kit; "authors": their released SFT/RL rows and pool (§7)
-    authors_release_dir: str = "data/acesql_release"  # the downloaded release (datasets.download_acesql_release)
+    authors_release_dir: str = "data/acesql_release"  # the downloaded release (downloads.download_acesql_release)
 
     def __post_init__(self) -> None:
         validate_fields(self, "data")

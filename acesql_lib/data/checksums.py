@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--download", action="store_true", help="download what is missing, then verify")
     what.add_argument("--write", action="store_true", help="record the digests of the files on disk (make checksums)")
     args = ap.parse_args(argv)
-    from .datasets import OfflineError
+    from .downloads import OfflineError
 
     try:
         cfg = load_config(args.profile, parse_overrides(args.set))
