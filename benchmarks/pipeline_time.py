@@ -35,7 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from acesql_lib.config.paths import REPO_ROOT  # noqa: E402
-from acesql_lib.config.profiles import parse_overrides
+from acesql_lib.config.profiles import parse_overrides  # noqa: E402
 from acesql_lib.pipeline.runner import PipelineOptions, read_calibration, run_pipeline, time_table  # noqa: E402
 from acesql_lib.runtime.timing import PHASES_LOG  # noqa: E402
 

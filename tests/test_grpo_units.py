@@ -159,7 +159,8 @@ def test_trainer_retriever_reward_dispatch(kind, expected):
 
     from acesql_lib.config.train import GRPOConfig
     from acesql_lib.train.grpo import JointGRPO
-    from acesql_lib.roles.prompts import parse_retriever, retriever_target
+    from acesql_lib.roles.answers import parse_retriever
+    from acesql_lib.roles.prompts import retriever_target
     from acesql_lib.roles.rewards import LengthPenalty
     from acesql_lib.data.schema import Column, Schema, Table
 

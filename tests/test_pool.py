@@ -159,7 +159,7 @@ def test_bad_arguments():
 
 
 def test_pool_additions_follow_the_format_gate():
-    from acesql_lib.roles.prompts import parse_generator
+    from acesql_lib.roles.answers import parse_generator
 
     good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
     no_think = parse_generator("```sql\nSELECT a FROM t\n```")  # executes and may match, but reward 0
@@ -176,7 +176,7 @@ def test_every_pool_add_gate_the_config_offers_is_one_the_pool_applies():
     import typing
 
     from acesql_lib.config.choices import PoolAddGate
-    from acesql_lib.roles.prompts import parse_generator
+    from acesql_lib.roles.answers import parse_generator
 
     good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
     for gate in typing.get_args(PoolAddGate):

@@ -186,7 +186,7 @@ def _rollouts_on(shop, rows):
     """QuestionRollouts on the shop database, executed for real; rows = [(gold, [generator SQL, ...])]."""
     from acesql_lib.data.datasets import Example
     from acesql_lib.models.completions import Completion
-    from acesql_lib.roles.prompts import GeneratorParse
+    from acesql_lib.roles.answers import GeneratorParse
     from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
 
     db, schema = shop

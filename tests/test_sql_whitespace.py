@@ -12,7 +12,7 @@ from acesql_lib.config.checks import ConfigError
 from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import Example
 from acesql_lib.models.completions import Completion
-from acesql_lib.roles.prompts import GeneratorParse
+from acesql_lib.roles.answers import GeneratorParse
 from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts, normalise_sql
 from acesql_lib.data.schema import Schema
 

@@ -103,7 +103,7 @@ def _score(cfg: Config, examples: Sequence[Any], schemas: dict[str, Any], prompt
            outs: list[list[Any]], chosen: list[str], mode: str) -> list[Any]:
     """The kit's scoring of each chosen SQL, exactly as `evaluate` scores its generator pass."""
     from ...executor.scoring import rule as scoring_rule
-    from ...roles.prompts import GeneratorParse
+    from ...roles.answers import GeneratorParse
     from ...train.rollouts import QuestionRollout, RoleSamples, RolloutSpec
     from ...data.task import Task
 
