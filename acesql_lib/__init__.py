@@ -17,7 +17,7 @@ except PackageNotFoundError:  # run from a checkout without `pip install -e .`
 
 # The public names and the module each lives in (its one home).
 PUBLIC = {
-    "load_config": "config.settings", "Config": "config.settings", "ConfigError": "config.settings", "parse_overrides": "config.settings",
+    "load_config": "config.profiles", "Config": "config.settings", "ConfigError": "config.checks", "parse_overrides": "config.profiles",
     "RunContext": "config.context",
     "run_pipeline": "pipeline.runner",
     "ensure_base_model": "pipeline.tinybase",

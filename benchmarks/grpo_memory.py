@@ -62,7 +62,7 @@ def measure(args: argparse.Namespace) -> dict:
     from accelerate.state import AcceleratorState
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.train.grpo import JointGRPO, RoleBatch
     from acesql_lib.train.memory import grpo_step_bytes
     from acesql_lib.roles.pool import ColumnSetPool

@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/tiny_base_calibration"))
     args = ap.parse_args()
 
-    from acesql_lib.config.settings import parse_overrides
+    from acesql_lib.config.profiles import parse_overrides
     from acesql_lib.config.context import RunContext
     from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, load_eval_set
     from acesql_lib.evaluation.stats import SHARE_KEYS

@@ -59,7 +59,7 @@ def gradient_bytes(model: torch.nn.Module) -> tuple[int, int]:
 
 def main(run: Path) -> dict:
     from acesql_lib.config.context import RunContext
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.train.grpo import build_trainer
     from acesql_lib.models.loading import load_policy
     from acesql_lib.train.rollouts import retriever_prompt

@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql
-from acesql_lib.config.settings import DataConfig
+from acesql_lib.config.data import DataConfig
 from acesql_lib.data.task import build_tasks
 from acesql_lib.train.distill import build_products, run_distillation, save_products, usable
-from acesql_lib.models.engines import HFEngine
+from acesql_lib.models.hf_engine import HFEngine
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import world_text
 

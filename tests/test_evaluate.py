@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.config.eval import EvalSet
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
 from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, evaluate_set, evaluate_sets
 from acesql_lib.evaluation.metrics import alt_route_metrics, generator_ability, retrieval_metrics, summarize, token_metrics
@@ -271,7 +272,7 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
 def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_dir, tmp_path):
     """The authors' evaluation gives the retriever 4,096 and the SQL pass 8,192 new tokens in an 8,192-token
     engine (EVAL/single_eval_maj.py); the kit's evaluation passes each role its own budget."""
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.evaluation.evaluate import eval_engine_config
 
     paper = load_config("paper")
@@ -306,7 +307,7 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
     """eval.scoring: under "authors" (the paper profile; EVAL/evaluation_maj.py) a prediction without
     SQL runs as no rows and matches a gold with none; under "kit" (tiny) it scores 0. A model SQL that
     holds the BIRD separator is written to predict_dev.json and read back unchanged (it raised)."""
-    from acesql_lib.models.engines import Completion, Engine
+    from acesql_lib.models.completions import Completion, Engine
     from acesql_lib.executor import BIRD_SEPARATOR
 
     assert load_config("paper").eval.scoring == "authors" and load_config("rehearsal").eval.scoring == "authors"
@@ -342,7 +343,7 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
     """Where the retriever's voted set is the gold set, the gold-schema prompt is the pruned pass's prompt, and its
     greedy answer is the one that pass decoded: only the other questions' gold-schema prompts are decoded again,
     and every record holds what decoding each prompt would give."""
-    from acesql_lib.models.engines import Completion, Engine
+    from acesql_lib.models.completions import Completion, Engine
     from acesql_lib.roles.prompts import AUTHORS_EVAL, evaluation_style
     from acesql_lib.train.rollouts import Task, generator_prompt
 
@@ -448,7 +449,7 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     """Prompt + budget over the context: the answer stops where the context is full (what vLLM does), marked
     truncated, the first tokens of the answer a larger context gives; a prompt with no room at all is not
     generated, in the generator pass as in the retriever pass."""
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
     from acesql_lib.roles.prompts import evaluation_style
     from acesql_lib.train.rollouts import SamplingSpec, Task, generate, prompt_tokens, retrieve
 
@@ -458,7 +459,7 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl(), LONG_EVIDENCE])
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position=2048, seed=0)
-    engine = HFEngine(model, tok, greedy_batch_size=1)
+    engine = HFEngine(model, tok, HFOptions(greedy_batch_size=1))
     cfg = load_config("tiny")
     style = evaluation_style(cfg.model.prompt_style)
     parse = lambda c, t: c  # noqa: E731

@@ -43,7 +43,7 @@ def _rank(rank: int, world: int, folder: str) -> None:
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor import DTensor
 
-        from acesql_lib.models.engines import policy_weights
+        from acesql_lib.models.vllm_engine import policy_weights
 
         mesh = init_device_mesh("cpu", (world,))
         model = _qwen3()
@@ -99,7 +99,7 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from acesql_lib.train import checkpoint as ckpt
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     acc = Accelerator(cpu=True)  # the process group over gloo, as a launched GRPO rank has it
@@ -158,7 +158,7 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     acc = Accelerator(cpu=True)
     ckpt.load_latest(tmp_path / "run", acc, model, opt, sched, gamma=0.5)
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2
@@ -289,12 +289,13 @@ def _generate_rank(rank: int, world: int, folder: str) -> None:
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
-        from acesql_lib.models.engines import HFEngine
+        from acesql_lib.models.hf_engine import HFEngine, HFOptions
         from acesql_lib.models.sharding import is_sharded, unsharded
 
         model, tokenizer = _tiny_lm(folder)
         model = _shard(model, init_device_mesh("cpu", (world,)))
-        engine = HFEngine(model, tokenizer, batch_size=1, greedy_batch_size=1)  # one generate call per prompt
+        # one generate call per prompt
+        engine = HFEngine(model, tokenizer, HFOptions(batch_size=1, greedy_batch_size=1))
         mine = PROMPTS[:1] if rank == 0 else PROMPTS  # rank 0 decodes once, rank 1 three times and longer
         with unsharded(model):
             whole = not is_sharded(model)
@@ -316,7 +317,7 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
     unsharded model's. A model still sharded decodes in `generate`, whose ranks keep in lockstep."""
     import time
 
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
     from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 
     tokenizer = train_tiny_tokenizer(PROMPTS * 4, vocab_size=300)
@@ -330,7 +331,7 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
                 p.kill()
             raise AssertionError("the ranks did not finish generating: one waits on the other's decoding")
     model, tokenizer = _tiny_lm(str(tmp_path))
-    engine = HFEngine(model, tokenizer, batch_size=1)
+    engine = HFEngine(model, tokenizer, HFOptions(batch_size=1))
     for rank in range(2):
         got = torch.load(tmp_path / f"gen{rank}.pt")
         assert got["whole"] and got["sharded_after"]

@@ -284,7 +284,7 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
     questions' pool comes from these rollouts, a rerun reads the products back, and GRPO trains on them."""
     import acesql_lib.models.engines as engines
     from acesql_lib.data.datasets import load_synsql
-    from acesql_lib.config.settings import DataConfig
+    from acesql_lib.config.data import DataConfig
     from acesql_lib.data.task import build_tasks
     from acesql_lib.train.distill import _pool_set, select_by_model
     from acesql_lib.data.filtering import save_pool

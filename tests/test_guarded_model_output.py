@@ -3,9 +3,9 @@ never an exception: deep nesting that sqlglot recurses into past Python's stack,
 nested past it, run through a GRPO step's rollout, pool and rewards and through an evaluation."""
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.models.completions import Completion, Engine
 from acesql_lib.roles.parsers import parse_retriever_eval
 from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
 from acesql_lib.models.loading import train_tiny_tokenizer

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql, schemas_for
 from rl_setup import rl_overrides
 from acesql_lib.pipeline.tinybase import gold_samples

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from acesql_lib.pipeline import run_card
-from acesql_lib.config.settings import load_config
-from acesql_lib.pipeline.runner import run_pipeline
+from acesql_lib.config.profiles import load_config
+from acesql_lib.pipeline.runner import PipelineOptions, run_pipeline
 from acesql_lib.reports.tables import Table, run_card_note
 from pipeline_checks import stub_notebook
 from repo_paths import ROOT
@@ -32,8 +32,9 @@ def piped(tmp_path_factory):
     metrics = {"stages": {"rl": {"tiny_dev": {"ex": 15.5, "n": 200, "tokens_per_question": 93.1}}}}
     stub_notebook(books / "01_metrics.ipynb", f"import json, pathlib\np = pathlib.Path({str(reports)!r}) / 'metrics'\n"
               f"p.mkdir(parents=True, exist_ok=True)\n(p / '05_evaluation.json').write_text(json.dumps({metrics!r}))")
-    run_pipeline("tiny", overrides={"grpo.gamma": 0.7}, reports_dir=reports, notebook_dir=books, progress=False,
-                 calibrate=False, warm_next=False)
+    run_pipeline("tiny", overrides={"grpo.gamma": 0.7},
+                 options=PipelineOptions(reports_dir=reports, notebook_dir=books, progress=False, calibrate=False,
+                                         warm_next=False))
     return reports
 
 

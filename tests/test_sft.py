@@ -95,7 +95,7 @@ def test_malformed_samples_are_reported_and_skipped(capsys):
 def test_tiny_gold_samples_cover_both_roles(tmp_path):
     import sqlite3
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import Example
     from acesql_lib.data.schema import Schema
     from acesql_lib.pipeline.tinybase import base_settings, gold_samples, settings_hash, tiny_think
@@ -145,7 +145,8 @@ def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
     """`model.tiny.think_extra`: each target's think sentence goes on with 0..k filler sentences,
     drawn per sample, so the outputs the base (and the SFT traces distilled from it) write vary in
     length; prompts, answers and the value swaps are those of k = 0, and k is in the reuse key."""
-    from acesql_lib.config.settings import ConfigError, load_config
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import load_synsql, schemas_for
     from acesql_lib.pipeline.tinybase import THINK_FILLER, base_settings, gold_samples, tiny_think
     from acesql_lib.data.tinyworld import TinyWorld, build_tinyworld
@@ -212,7 +213,7 @@ def test_value_swap_draws_the_same_stand_ins_whatever_the_process_hash_seed():
 
 
 def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_path):
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import load_synsql, schemas_for
     from acesql_lib.pipeline.tinybase import _sample_text, base_tokenizer, gold_samples
     from acesql_lib.data.tinyworld import build_tinyworld

@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 
 def main(model_dir: str) -> dict:
-    from acesql_lib.config.settings import EngineConfig
-    from acesql_lib.models.engines import HFEngine, make_engine
+    from acesql_lib.config.model import EngineConfig
+    from acesql_lib.models.engines import make_engine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.models.loading import load_policy
 
     dist.init_process_group("gloo")  # as accelerate's launcher does before the trainer builds its engine

@@ -43,7 +43,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from ..config.settings import FilteringConfig
+from ..config.data import FilteringConfig
 from ..executor import VALID_STATUSES, score_batch
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set

@@ -263,7 +263,7 @@ def ensure_layouts(cfg: Any, progress: bool = True) -> dict[str, dict[str, int]]
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from ..config.settings import load_config, parse_overrides
+    from ..config.profiles import load_config, parse_overrides
 
     ap = argparse.ArgumentParser(description="Write the official release layouts from the tiny world (rehearsal).")
     ap.add_argument("--profile", default="rehearsal")

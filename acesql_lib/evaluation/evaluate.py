@@ -39,9 +39,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import Config, EvalSet
+from ..config.eval import EvalSet
+from ..config.settings import Config
 from ..runtime.reuse_keys import code_hash, engine_key, settings_hash
-from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
+from ..models.completions import Engine
+from ..models.engines import make_engine, policy_load_device
+from ..models.hf_engine import HFEngine
 from .metrics import overlong_line, summarize
 from .records import EvalResult, write_outputs
 from ..config.paths import Paths, resolve

@@ -37,7 +37,8 @@ import torch
 from ..runtime.progress import phase_bar, tqdm, waiting
 
 from . import checkpoint as ckpt
-from ..config.settings import AuthorsOrKit, Config
+from ..config.choices import AuthorsOrKit
+from ..config.settings import Config
 from ..executor import VALID_STATUSES
 from .microbatches import balanced_partitions, micro_batch_count, padded_chunks
 from .packed import pack_by_prompt, packed_logprobs, token_logprobs
@@ -913,7 +914,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     ap.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a resumable pause)")
     args = ap.parse_args(argv)
-    from ..config.settings import parse_overrides
+    from ..config.profiles import parse_overrides
 
     overrides = {**ABLATIONS[args.variant], **parse_overrides(args.set)}
     ctx = RunContext.create(args.config, overrides)

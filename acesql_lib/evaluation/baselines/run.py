@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...config.settings import Config, EvalSet
+from ...config.eval import EvalSet
+from ...config.settings import Config
 from ..records import EvalResult, ex_by_difficulty, write_outputs
 from ...config.paths import Paths, resolve
 from .omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
@@ -103,7 +104,7 @@ def _score(cfg: Config, examples: Sequence[Any], schemas: dict[str, Any], prompt
            outs: list[list[Any]], chosen: list[str], mode: str) -> list[Any]:
     """The kit's scoring of each chosen SQL, exactly as `evaluate` scores its generator pass."""
     from ...executor.scoring import rule as scoring_rule
-    from ...roles.prompts import GeneratorParse
+    from ...roles.answers import GeneratorParse
     from ...train.rollouts import QuestionRollout, RoleSamples, RolloutSpec
     from ...data.task import Task
 
