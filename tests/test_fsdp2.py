@@ -399,7 +399,7 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
     rows FSDP2 pads a tensor with to split it evenly."""
     import tempfile
 
-    from acesql_lib.train.memory import grpo_step_bytes
+    from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes
     from launching import free_port
 
     whole = _qwen3()
@@ -408,7 +408,7 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
              "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
              "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "tie_word_embeddings": False}
     P = sum(p.numel() for p in whole.parameters())
-    terms = grpo_step_bytes(shape, 1, 1, 1, processes=2, fsdp=True, reference=False, runtime=False)
+    terms = grpo_step_bytes(shape, 1, 1, 1, UpdateLayout(processes=2, fsdp=True, reference=False, runtime=False))
     assert terms["end_of_backward"] == pytest.approx(20 * P / 2)
     with tempfile.TemporaryDirectory() as folder:
         mp.start_processes(_state_rank, args=(2, folder, free_port()), nprocs=2, start_method="spawn")
@@ -539,8 +539,8 @@ def _memory_rank(rank: int, world: int, folder: str, port: int) -> None:
     try:
         from torch.profiler import ProfilerActivity, profile, record_function
 
-        from acesql_lib.grpo import _pad_batch, completion_logprobs
-        from acesql_lib.sharding import fsdp2_on_cpu, reduce_gradients_in_fp32
+        from acesql_lib.train.grpo import _pad_batch, completion_logprobs
+        from acesql_lib.models.sharding import fsdp2_on_cpu, reduce_gradients_in_fp32
 
         assert fsdp2_on_cpu(acc) and reduce_gradients_in_fp32(acc)  # as JointGRPO sets its policy up
         b, p, c, chunk = _MEMORY_BATCH
@@ -607,7 +607,7 @@ def test_the_logits_layers_and_units_terms_are_what_each_rank_of_accelerates_fsd
       log-softmax's three buffers."""
     import tempfile
 
-    from acesql_lib.memory import grpo_step_bytes
+    from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes
     from launching import free_port
 
     b, p, c, chunk = _MEMORY_BATCH
@@ -622,8 +622,8 @@ def test_the_logits_layers_and_units_terms_are_what_each_rank_of_accelerates_fsd
                  "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "tie_word_embeddings": False}
 
         def terms(chunk_tokens: int) -> dict:
-            return grpo_step_bytes(shape, b, p, c, checkpointing=True, logprob_chunk_tokens=chunk_tokens, processes=2,
-                                   fsdp=True, reference=False, runtime=False)
+            return grpo_step_bytes(shape, b, p, c, UpdateLayout(logprob_chunk_tokens=chunk_tokens, processes=2, fsdp=True,
+                                                                reference=False, runtime=False))
 
         for rank, held in enumerate(got):
             m = held[(name, chunk)]

@@ -30,7 +30,7 @@ import yaml
 
 from ..config.paths import Paths, resolve
 from ..config.settings import Config
-from ..train.memory import grpo_step_bytes, n_params
+from ..train.memory import UpdateLayout, grpo_step_bytes, n_params
 from .preflight_data import hub_cached
 from .preflight_rows import FAIL, GIB, INFO, MISSING, OK, WARN, Row, count_text, size_text
 
@@ -129,12 +129,12 @@ def memory_estimates(cfg: Config, shape: dict[str, Any], processes: int | None =
     fsdp = n_grpo > 1 and fsdp_sharded(cfg.grpo.accelerate_config)
     g = cfg.grpo
     own_reference = g.kl_coef > 0 and (not cfg.model.lora or bool(g.reference_model))  # grpo.build_trainer
-    grpo = max((grpo_step_bytes(shape, b, p, c, checkpointing=g.gradient_checkpointing,
-                                logprob_chunk_tokens=g.logprob_chunk_tokens, processes=n_grpo if fsdp or n_grpo == 1
-                                else 1, ranks=n_grpo, train_bytes=m,  # data parallel replicates the state
-                                compute_bytes=w, lora=cfg.model.lora, lora_rank=cfg.model.lora_r,
-                                reference=own_reference, reference_sharded=fsdp, fsdp=fsdp)
-                for b, p, c in grpo_micro_batch(cfg)), key=lambda terms: terms["total"])
+    layout = UpdateLayout(checkpointing=g.gradient_checkpointing, logprob_chunk_tokens=g.logprob_chunk_tokens,
+                          processes=n_grpo if fsdp or n_grpo == 1 else 1,  # data parallel replicates the state
+                          ranks=n_grpo, train_bytes=m, compute_bytes=w, lora=cfg.model.lora, lora_rank=cfg.model.lora_r,
+                          reference=own_reference, reference_sharded=fsdp, fsdp=fsdp)
+    grpo = max((grpo_step_bytes(shape, b, p, c, layout) for b, p, c in grpo_micro_batch(cfg)),
+               key=lambda terms: terms["total"])
     return {"params": P, "sft": state(n_sft) + act(cfg.sft.per_device_batch_size, cfg.sft.max_length, cfg.sft.max_length),
             "grpo": grpo["total"], "grpo_terms": grpo,
             "vllm_weights": w * P / cfg.engine.tensor_parallel_size,

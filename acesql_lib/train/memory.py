@@ -45,6 +45,7 @@ from the SFT model needs no reference of its own (its base with the adapters off
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 GIB = 1024 ** 3
@@ -91,25 +92,39 @@ def logits_bytes(rows: int, vocab: int, chunk_tokens: int, logit_bytes: int = 4)
     return LOGITS_WHOLE * rows * vocab
 
 
+@dataclass(frozen=True)
+class UpdateLayout:
+    """How a GRPO update lies in memory, as the settings and the launch decide it."""
+
+    checkpointing: bool = True  # grpo.gradient_checkpointing
+    logprob_chunk_tokens: int = 1024  # grpo.logprob_chunk_tokens
+    processes: int = 1  # the processes sharing the state (FSDP2 or ZeRO-3; 1 for data parallel, which replicates it)
+    ranks: int | None = None  # the launch's processes (NCCL's buffers); None: `processes`
+    train_bytes: int = 4  # m: bytes per trained weight (model.train_dtype)
+    compute_bytes: int = 2  # w: bytes per compute and reference weight (model.dtype)
+    lora: bool = False  # model.lora
+    lora_rank: int = 64  # model.lora_r
+    reference: bool = True  # the update holds a reference model of its own
+    reference_sharded: bool = False  # ... sharded like the policy
+    fsdp: bool = False  # FSDP2 shards the policy (its gathered units count)
+    runtime: bool = True  # False: no CUDA and NCCL figures (a measured allocator peak holds tensors only)
+
+
 def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int, completion_tokens: int,
-                    checkpointing: bool = True, logprob_chunk_tokens: int = 1024, processes: int = 1,
-                    train_bytes: int = 4, compute_bytes: int = 2, lora: bool = False, reference_sharded: bool = False,
-                    lora_rank: int = 64, reference: bool = True, fsdp: bool = False, runtime: bool = True,
-                    ranks: int | None = None, **_: Any) -> dict[str, float]:
-    """Peak bytes of one GRPO update in one of `processes` processes: `total`, the larger of the start of the
-    second backward pass (state + reference + logits + layers + gathered units + runtime) and its end
-    (`end_of_backward`: the full state, the reference and the runtime, the activations gone). `processes` share
-    the state (FSDP2 or ZeRO-3; 1 for data parallel, which replicates it), `ranks` the launch's processes
-    (NCCL's buffers; default `processes`); `fsdp`: FSDP2 shards the policy (its gathered units count);
-    `runtime=False` leaves out the CUDA and NCCL figures (a measured allocator peak holds tensors only)."""
+                    layout: UpdateLayout = UpdateLayout()) -> dict[str, float]:
+    """Peak bytes of one GRPO update in one of `layout.processes` processes, for its worst forward pass of
+    `micro_batch` rows of `prompt_tokens` + `completion_tokens`: `total`, the larger of the start of the second
+    backward pass (state + reference + logits + layers + gathered units + runtime) and its end
+    (`end_of_backward`: the full state, the reference and the runtime, the activations gone)."""
+    checkpointing, lora, fsdp, ranks = layout.checkpointing, layout.lora, layout.fsdp, layout.ranks
     h, L, V = shape["hidden_size"], shape["num_hidden_layers"], shape["vocab_size"]
-    P, m, w, n = n_params(shape), train_bytes, compute_bytes, processes
+    P, m, w, n = n_params(shape), layout.train_bytes, layout.compute_bytes, layout.processes
     head = V * h
     layer_params = P - head * (1 if shape.get("tie_word_embeddings", False) else 2)
     tokens = micro_batch * (prompt_tokens + completion_tokens)
     rows = micro_batch * completion_tokens
     if lora:
-        adapters = lora_params(shape, lora_rank)
+        adapters = lora_params(shape, layout.lora_rank)
         state_backward = w * P / n + (ADAPTER_BYTES - 4) * adapters / n  # frozen base; adapters without gradients
         state_end = w * P / n + ADAPTER_BYTES * adapters / n
         head_grad = 0.0
@@ -117,13 +132,13 @@ def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int,
         state_backward = (m + 2 * m + m) * P / n  # weights, Adam's moments, PCGrad's saved gradient
         state_end = (m + 2 * m + m + m) * P / n  # ... and every gradient of this role
         head_grad = m * head / n
-    ref = (w * P / (n if reference_sharded else 1)) if reference else 0.0
+    ref = (w * P / (n if layout.reference_sharded else 1)) if layout.reference else 0.0
     sharded = fsdp and n > 1  # FSDP2's mixed precision: the residual stream and the logits in the compute dtype
     if checkpointing:
         layers = (w if sharded else 4) * tokens * h * L
     else:
         layers = tokens * L * (LAYER_H * h + LAYER_I * shape["intermediate_size"]) + w * layer_params
-    logits = logits_bytes(rows, V, logprob_chunk_tokens, w if sharded else 4)
+    logits = logits_bytes(rows, V, layout.logprob_chunk_tokens, w if sharded else 4)
     units = 0.0
     if sharded:
         t = 0 if lora else 1  # a frozen base gathers no gradient and reduces none
@@ -131,7 +146,7 @@ def grpo_step_bytes(shape: dict[str, Any], micro_batch: int, prompt_tokens: int,
         units = max((w + 4 * t) * unit + w * layer,  # the head's gradient reduced, the last layer prefetched
                     4 * t * unit + (2 + t) * w * layer,  # the last layer's backward: two layers, the head's fp32 copy
                     ((2 + t) * w + 4 * t) * layer)  # another layer's: two layers, the previous layer's fp32 copy
-    run = (CUDA_RUNTIME + (NCCL_BUFFERS if (ranks or n) > 1 else 0.0)) if runtime else 0.0
+    run = (CUDA_RUNTIME + (NCCL_BUFFERS if (ranks or n) > 1 else 0.0)) if layout.runtime else 0.0
     at_logits = state_backward + ref + head_grad + logits + layers + units + run
     at_end = state_end + ref + run
     terms = {"state": state_backward + head_grad, "reference": ref, "logits": logits, "layers": layers,
