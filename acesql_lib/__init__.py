@@ -2,8 +2,9 @@
 
 The names a user starts from are importable from the package (`from acesql_lib import RunContext, run_pipeline`);
 each is loaded from its module on first use, so `import acesql_lib` stays light (no torch, no transformers).
-Everything else is imported from its module, e.g. `from acesql_lib.train.grpo_run import ABLATIONS`. Importing the package
-sets how progress bars draw (acesql_lib/runtime/progress.py: widgets in JupyterLab, text under the pipeline runner).
+Everything else is imported from its module, e.g. `from acesql_lib.train.grpo_run import ABLATIONS`. Importing the
+package sets how progress bars draw (acesql_lib/runtime/progress.py: widgets in JupyterLab, text under the pipeline
+runner).
 """
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
@@ -17,7 +18,7 @@ except PackageNotFoundError:  # run from a checkout without `pip install -e .`
 
 # The public names and the module each lives in (its one home).
 PUBLIC = {
-    "load_config": "config.settings", "Config": "config.settings", "ConfigError": "config.settings", "parse_overrides": "config.settings",
+    "load_config": "config.profiles", "Config": "config.settings", "ConfigError": "config.checks", "parse_overrides": "config.profiles",
     "RunContext": "config.context",
     "run_pipeline": "pipeline.runner",
     "ensure_base_model": "pipeline.tinybase",

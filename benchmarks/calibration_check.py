@@ -56,7 +56,7 @@ def _leave_quota() -> None:
 
 
 def one_run(only: list[str], busy: int, quota: float = 0.0) -> dict:
-    from acesql_lib.pipeline.runner import read_calibration, run_pipeline
+    from acesql_lib.pipeline.runner import PipelineOptions, read_calibration, run_pipeline
 
     work = Path(tempfile.mkdtemp(prefix="calcheck_"))
     stop = mp.Event()
@@ -67,7 +67,8 @@ def one_run(only: list[str], busy: int, quota: float = 0.0) -> dict:
         _enter_quota(quota)
     try:
         runs = run_pipeline("tiny", only, {"run_dir": str(work / "run"), "reports_dir": str(work / "reports"),
-                                           "data.tinyworld_dir": str(work / "world")}, progress=False)
+                                           "data.tinyworld_dir": str(work / "world")},
+                            options=PipelineOptions(progress=False))
         cal = read_calibration(work / "reports")
     finally:
         if quota:

@@ -44,8 +44,9 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib.config.settings import load_config
-    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.config.profiles import load_config
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
+    from acesql_lib.models.vllm_engine import VLLMEngine, VLLMSettings
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 
     torch.manual_seed(0)
@@ -54,12 +55,12 @@ def main() -> None:
     prompts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True)
                for t in _texts(args.prompts)]
 
-    hf_s, hf_tokens = _timed(HFEngine(model, tokenizer, batch_size=args.hf_batch_size), prompts, args.n,
+    hf_s, hf_tokens = _timed(HFEngine(model, tokenizer, HFOptions(batch_size=args.hf_batch_size)), prompts, args.n,
                              args.max_new_tokens)
     with tempfile.TemporaryDirectory() as tmp:
         folder = save_tiny(model, tokenizer, Path(tmp) / "tiny")
         start = time.perf_counter()
-        vllm_engine = VLLMEngine(folder, dtype="float32", max_model_len=1024, seed=0)
+        vllm_engine = VLLMEngine(folder, VLLMSettings(dtype="float32", max_model_len=1024, seed=0))
         load_s = time.perf_counter() - start
         vllm_s, vllm_tokens = _timed(vllm_engine, prompts, args.n, args.max_new_tokens)
         start = time.perf_counter()

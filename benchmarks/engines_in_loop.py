@@ -53,14 +53,14 @@ def grpo_run(template: Path, work: Path, kind: str, steps: int) -> dict[str, flo
 
 
 def pipeline_run(root: Path, kind: str) -> dict[str, float]:
-    from acesql_lib.pipeline.runner import run_pipeline
+    from acesql_lib.pipeline.runner import PipelineOptions, run_pipeline
 
     data = {f"data.{r}": str(root / "data" / r.replace("_dir", "") / ("dev_20240627" if r == "bird_dev_dir" else ""))
             for r in ROOTS}
     over = {"run_dir": str(root / "run"), "reports_dir": str(root / "reports"),
             "data.tinyworld_dir": str(root / "world"), **data, **SMOKE, "engine.kind": kind}
     start = time.perf_counter()
-    runs = run_pipeline("rehearsal", overrides=over, progress=False)
+    runs = run_pipeline("rehearsal", overrides=over, options=PipelineOptions(progress=False))
     return {"total_s": time.perf_counter() - start, **{r.name: r.seconds for r in runs}}
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from acesql_lib import executor  # noqa: E402
-from acesql_lib.executor import execute, shutdown_pool, workers  # noqa: E402
+from acesql_lib.executor import execute, pools, shutdown_pool  # noqa: E402
 
 
 def cte_chain(levels: int) -> str:
@@ -58,7 +58,7 @@ class PeakSampler(threading.Thread):
 
     def run(self) -> None:
         while not self.stop.is_set():
-            pool = workers._SINGLE
+            pool = pools._SINGLE
             for w in (pool.workers if pool else []):
                 if w is None:  # a slot emptied by a hard stop, refilled on the next call
                     continue

@@ -28,7 +28,7 @@ CALLER = '''
 import contextlib, json, sqlite3, sys, time
 import torch, transformers  # noqa: F401  what the GRPO entry point holds
 import acesql_lib.train.grpo_run  # noqa: F401
-from acesql_lib.executor import score_batch, workers
+from acesql_lib.executor import pools, score_batch, workers
 
 if __name__ == "__main__":
     db, n_workers, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -41,7 +41,7 @@ if __name__ == "__main__":
     score_batch(pairs, timeout_s=5, workers=n_workers, progress=False)
     t2 = time.perf_counter()
     rss = []
-    for w in workers._POOL.workers:
+    for w in pools._POOL.workers:
         status = open(f"/proc/{w.proc.pid}/status").read()
         rss.append(int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024)
     assert all(s.correct for s in first)

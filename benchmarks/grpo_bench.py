@@ -51,12 +51,13 @@ import torch  # noqa: E402
 
 from acesql_lib.train import grpo as grpo_module  # noqa: E402
 from acesql_lib.config.context import RunContext  # noqa: E402
-from acesql_lib.models.engines import stop_token_ids  # noqa: E402
+from acesql_lib.models.completions import stop_token_ids  # noqa: E402
 from acesql_lib.executor import score_batch  # noqa: E402
 from acesql_lib.train.grpo import JointGRPO  # noqa: E402
 from acesql_lib.train.grpo_run import build_trainer  # noqa: E402
 from acesql_lib.train.pcgrad import combine_into_grads, save_grads  # noqa: E402
-from acesql_lib.roles.prompts import generator_messages, parse_generator  # noqa: E402
+from acesql_lib.roles.answers import parse_generator  # noqa: E402
+from acesql_lib.roles.prompts import generator_messages  # noqa: E402
 from acesql_lib.roles.rewards import LengthPenalty, make_generator_reward_fn  # noqa: E402
 from rl_setup import build_rl_run, rl_overrides  # noqa: E402
 

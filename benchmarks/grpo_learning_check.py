@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/grpo_learning_check.json"))
     args = ap.parse_args()
 
-    from acesql_lib.config.settings import parse_overrides
+    from acesql_lib.config.profiles import parse_overrides
     from acesql_lib.config.context import RunContext
 
     overrides = parse_overrides(args.set)

@@ -62,9 +62,9 @@ def measure(args: argparse.Namespace) -> dict:
     from accelerate.state import AcceleratorState
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.train.grpo import JointGRPO, RLQuestions
-    from acesql_lib.train.memory import grpo_step_bytes
+    from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes
     from acesql_lib.train.policy_loss import RoleBatch
     from acesql_lib.roles.pool import ColumnSetPool
 
@@ -137,9 +137,9 @@ def measure(args: argparse.Namespace) -> dict:
     trainer.optimize(batch(), batch(), 1.0, 2)
     seconds = time.perf_counter() - t0
     peak_bytes = max(phases.values())
-    est = grpo_step_bytes(shape, micro_batch=n, prompt_tokens=args.prompt, completion_tokens=args.completion,
-                          checkpointing=bool(args.checkpointing), logprob_chunk_tokens=args.chunk,
-                          runtime=False, device=args.device)  # a measured peak holds tensors only
+    est = grpo_step_bytes(shape, n, args.prompt, args.completion,  # a measured peak holds tensors only
+                          UpdateLayout(checkpointing=bool(args.checkpointing), logprob_chunk_tokens=args.chunk,
+                                       runtime=False))
     return {"device": args.device, "layers": args.layers, "hidden": args.hidden, "vocab": args.vocab,
             "micro_batch": n, "prompt": args.prompt, "completion": args.completion,
             "checkpointing": bool(args.checkpointing), "logprob_chunk_tokens": args.chunk,

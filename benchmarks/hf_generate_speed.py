@@ -43,9 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from acesql_lib.config.settings import REPO_ROOT  # noqa: E402
+from acesql_lib.config.paths import REPO_ROOT  # noqa: E402
 
-VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.from_config)
+VARIANTS = {  # name: HFOptions replaced in the profile's engine options (HFOptions.from_config)
     "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),
     "+grouped_kv": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
     "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
@@ -66,7 +66,7 @@ VARIANTS = {  # name: HFEngine attributes set on the profile's engine (HFEngine.
     # one prefill of their opening (`engine.hf_shared_opening_min` 0)
     "no_openings": dict(shared_opening_min=0),
     # the defaults with the sampler's noise drawn by torch's `exponential_` (scalar code) instead of
-    # `engines.exponential_noise` (the same draws)
+    # `hf_engine.exponential_noise` (the same draws)
     "torch_noise": {},
     "default": {},  # EngineConfig's defaults
 }
@@ -88,11 +88,11 @@ def main() -> None:
 
     import torch
 
-    from acesql_lib.models import engines
+    from acesql_lib.models import hf_engine
     from acesql_lib.config.context import RunContext
     from acesql_lib.data.datasets import schemas_for, training_pool
-    from acesql_lib.models.engines import HFEngine
-    from acesql_lib.evaluation.evaluate import evaluate, load_eval_set
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
+    from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, load_eval_set
     from acesql_lib.models.loading import load_policy
     from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.runtime.timing import totals
@@ -113,19 +113,18 @@ def main() -> None:
     engine_cfg = dataclasses.replace(cfg.engine, hf_greedy_batch_size=greedy_batch)
 
     def run(variant: str, workload: str) -> dict:
-        engine = HFEngine.from_config(engine_cfg, model, tokenizer)  # the profile's engine, then the variant's levers
-        for lever, value in VARIANTS[variant].items():
-            if not hasattr(engine, lever):
-                raise AttributeError(f"variant {variant}: HFEngine has no setting {lever!r}")
-            setattr(engine, lever, value)
-        noise = engines.exponential_noise
+        # the profile's engine options, then the variant's levers (an unknown one is a TypeError naming it)
+        options = dataclasses.replace(HFOptions.from_config(engine_cfg), **VARIANTS[variant])
+        engine = HFEngine(model, tokenizer, options)
+        noise = hf_engine.exponential_noise
         if variant in TORCH_NOISE:
-            engines.exponential_noise = lambda shape, dtype, device: torch.empty(shape, dtype=dtype,
-                                                                                  device=device).exponential_(1)
+            hf_engine.exponential_noise = lambda shape, dtype, device: torch.empty(shape, dtype=dtype,
+                                                                                    device=device).exponential_(1)
         before = totals()
         start = time.perf_counter()
         if workload == "greedy":
-            result = evaluate(model, tokenizer, examples, schemas, cfg, stage="bench", engine=engine, progress=False)
+            result = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(stage="bench"), engine=engine,
+                              progress=False)
             outputs = [(r["retrieved_columns"], r["pred_sql"], r["gold_schema_sql"], r["retriever_tokens"],
                         r["generator_tokens"]) for r in result.records]
             tokens = sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records)  # gold pass not counted
@@ -137,7 +136,7 @@ def main() -> None:
             score = 100.0 * sum(sum(r.matches) for r in rolls) / max(1, sum(len(r.matches) for r in rolls))
         seconds = time.perf_counter() - start
         generation = totals().get("generation", 0.0) - before.get("generation", 0.0)
-        engines.exponential_noise = noise
+        hf_engine.exponential_noise = noise
         return dict(seconds=seconds, generation_s=generation, tokens=tokens, score=score, outputs=outputs)
 
     torch.manual_seed(0)

@@ -62,8 +62,8 @@ def role_pass(trainer, batch, packed: bool) -> tuple[float, torch.Tensor, list[t
     model = trainer.model
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    logprobs, cmask = logprob_fn(batch.prompt_ids, batch.completion_ids, trainer.tokenizer.pad_token_id, trainer.acc.device,
-                                 trainer.grpo)
+    logprobs, cmask = logprob_fn(batch.prompt_ids, batch.completion_ids, trainer.tokenizer.pad_token_id,
+                                 trainer.acc.device, trainer.grpo)
     logp = logprobs(model)
     if trainer.reference is not None:
         with torch.no_grad():

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from acesql_lib.roles.parsers import parse_retriever_eval  # noqa: E402
-from acesql_lib.roles.prompts import parse_retriever  # noqa: E402
+from acesql_lib.roles.answers import parse_retriever  # noqa: E402
 from acesql_lib.data.schema import Schema  # noqa: E402
 
 DEFAULT = REPO / "tests" / "fixtures" / "authors" / "validation.parquet"

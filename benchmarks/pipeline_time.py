@@ -34,8 +34,9 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
-from acesql_lib.config.settings import REPO_ROOT, parse_overrides  # noqa: E402
-from acesql_lib.pipeline.runner import read_calibration, run_pipeline, time_table  # noqa: E402
+from acesql_lib.config.paths import REPO_ROOT  # noqa: E402
+from acesql_lib.config.profiles import parse_overrides  # noqa: E402
+from acesql_lib.pipeline.runner import PipelineOptions, read_calibration, run_pipeline, time_table  # noqa: E402
 from acesql_lib.runtime.timing import PHASES_LOG  # noqa: E402
 
 
@@ -118,7 +119,7 @@ def main(argv=None) -> dict:
     if not args.keep_world:
         overrides.setdefault("data.tinyworld_dir", str(work / "tinyworld"))
     t0 = time.perf_counter()
-    runs = run_pipeline(args.profile, args.only, overrides, warm_next=not args.cold_kernels)
+    runs = run_pipeline(args.profile, args.only, overrides, options=PipelineOptions(warm_next=not args.cold_kernels))
     wall = time.perf_counter() - t0
     calibration = read_calibration(reports_dir)
     print(time_table(runs, calibration))

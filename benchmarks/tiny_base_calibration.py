@@ -26,9 +26,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/benchmarks/tiny_base_calibration"))
     args = ap.parse_args()
 
-    from acesql_lib.config.settings import parse_overrides
+    from acesql_lib.config.profiles import parse_overrides
     from acesql_lib.config.context import RunContext
-    from acesql_lib.evaluation.evaluate import evaluate, load_eval_set
+    from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, load_eval_set
     from acesql_lib.evaluation.stats import SHARE_KEYS
     from acesql_lib.pipeline.tinybase import build_tiny_base
     from acesql_lib.data.tinyworld import build_profile_world
@@ -50,7 +50,8 @@ def main() -> None:
 
     def eval_fn(model, tokenizer):
         model.eval()
-        m = evaluate(model, tokenizer, examples, schemas, cfg, mode="set", stage="cal", progress=False).metrics
+        m = evaluate(model, tokenizer, examples, schemas, cfg, EvalOptions(mode="set", stage="cal"),
+                     progress=False).metrics
         row = {k: m[k] for k in ("ex", "generator_ability", "retriever_ability", "column_recall",
                                  "column_precision", "tokens_per_question")}
         row["elapsed_s"] = round(time.perf_counter() - start, 1)

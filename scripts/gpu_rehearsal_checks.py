@@ -29,8 +29,9 @@ def parity(dtype: str, workdir: Path, max_new_tokens: int = 24, sleep: bool = Fa
     sleeps through the step as GRPO's update does (`engine.sleep_during_update`) and the sync wakes it."""
     import torch
 
-    from acesql_lib.config.settings import ModelConfig
-    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.config.model import ModelConfig
+    from acesql_lib.models.hf_engine import HFEngine
+    from acesql_lib.models.vllm_engine import VLLMEngine, VLLMSettings
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 
     torch.manual_seed(0)
@@ -44,8 +45,8 @@ def parity(dtype: str, workdir: Path, max_new_tokens: int = 24, sleep: bool = Fa
         return [g[0].token_ids for g in engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=max_new_tokens)]
 
     hf = HFEngine(model, tok)
-    vllm_engine = VLLMEngine(folder, dtype=dtype, gpu_memory_utilization=0.3, max_model_len=512, seed=0,
-                             sleep_during_update=sleep)
+    vllm_engine = VLLMEngine(folder, VLLMSettings(dtype=dtype, gpu_memory_utilization=0.3, max_model_len=512, seed=0,
+                                                  sleep_during_update=sleep))
     before = (greedy(hf), greedy(vllm_engine))
     vllm_engine.release_for_update()  # a no-op unless `sleep`
     opt = torch.optim.SGD(model.parameters(), lr=5e-2)
@@ -74,8 +75,8 @@ def throughput(dtype: str, workdir: Path, n_prompts: int, n: int, max_new_tokens
     import torch
     from vllm import LLM, SamplingParams
 
-    from acesql_lib.config.settings import ModelConfig
-    from acesql_lib.models.engines import VLLMEngine
+    from acesql_lib.config.model import ModelConfig
+    from acesql_lib.models.vllm_engine import VLLMEngine, VLLMSettings
     from acesql_lib.models.loading import build_tiny_from_config, save_tiny
 
     torch.manual_seed(0)
@@ -91,7 +92,7 @@ def throughput(dtype: str, workdir: Path, n_prompts: int, n: int, max_new_tokens
         tokens = call(prompts, n, max_new_tokens)
         return time.perf_counter() - start, tokens
 
-    colocated = VLLMEngine(folder, dtype=dtype, gpu_memory_utilization=0.4, max_model_len=1024, seed=0)
+    colocated = VLLMEngine(folder, VLLMSettings(dtype=dtype, gpu_memory_utilization=0.4, max_model_len=1024, seed=0))
     co_s, co_tok = timed(lambda p, k, m: sum(c.n_tokens for g in colocated.generate(
         p, n=k, temperature=1.0, max_new_tokens=m, seed=0) for c in g))
     colocated.close()

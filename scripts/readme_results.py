@@ -89,7 +89,7 @@ def without_run_card_line(markdown: str) -> str:
 def run_card_problems(reports_dir: Path, profile: str) -> list[str]:
     """Why reports_dir's run is not this checkout's run of `profile` ([] when its card's digests match); a
     profile without its own configs/<profile>.yaml (a multi-seed study) has no run card to compare."""
-    from acesql_lib.config.settings import CONFIG_DIR, load_config
+    from acesql_lib.config.profiles import CONFIG_DIR, load_config
     from acesql_lib.pipeline.run_card import CARD_JSON, card_problems
 
     if not (CONFIG_DIR / f"{profile}.yaml").is_file():

@@ -40,7 +40,7 @@ def tiny_profile_world(tmp_path_factory):
     """The tiny profile's world (configs/tiny.yaml's data block: 3,000 training questions, both dev splits; about
     5 s to build), built once per session for test_tinyworld, test_tinybase_prebuilt and the tiny smoke run, which
     copies it into its own folder. Read only."""
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.tinyworld import build_profile_world
 
     return build_profile_world(load_config("tiny").data, tmp_path_factory.mktemp("tiny_world") / "world")

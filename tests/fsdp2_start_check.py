@@ -1,5 +1,5 @@
 """Launched by tests/test_fsdp2_launch_start.py from configs/accelerate/fsdp.yaml (its CPU keys replaced), as each of
-two ranks: `grpo.build_trainer` as the paper's GRPO launch runs it, with `fsdp_cpu_ram_efficient_loading: true`
+two ranks: `grpo_run.build_trainer` as the paper's GRPO launch runs it, with `fsdp_cpu_ram_efficient_loading: true`
 (transformers loads zeros on every local rank but 0). Each rank writes RUN_DIR/start_check_rank<N>.json:
 - whether its policy and reference, gathered to full tensors, equal the model files on disk (rank 0's weights);
 - whether its engine decodes greedily the tokens an unsharded copy of the SFT model decodes, before step 1;
@@ -59,7 +59,7 @@ def gradient_bytes(model: torch.nn.Module) -> tuple[int, int]:
 
 def main(run: Path) -> dict:
     from acesql_lib.config.context import RunContext
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.train.grpo_run import build_trainer
     from acesql_lib.models.loading import load_policy
     from acesql_lib.train.rollouts import retriever_prompt

@@ -13,7 +13,8 @@ from pathlib import Path
 
 def main(run: Path, steps: int) -> dict:
     from acesql_lib.config.context import RunContext
-    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.models.hf_engine import HFEngine
+    from acesql_lib.models.vllm_engine import VLLMEngine
     from acesql_lib.train.grpo_run import build_trainer
     from rl_setup import rl_overrides
     from acesql_lib.train.rollouts import retriever_prompt

@@ -1,13 +1,14 @@
 """The reports tests' stage outputs (test_reports, test_readme_results): what notebooks 02, 04, 05 and 06
 of the tiny profile write, synthetic but plausible, written through the producers' own functions
-(`evaluate.write_outputs`, `evaluate.summarize`)."""
+(`records.write_outputs`, `metrics.summarize`)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 from acesql_lib import reports
-from acesql_lib.evaluation.evaluate import EvalResult, summarize, write_outputs
+from acesql_lib.evaluation.metrics import summarize
+from acesql_lib.evaluation.records import EvalResult, write_outputs
 
 N_DEV = 200  # questions in the fixture's dev set
 # Per stage/variant: (k, offset) = questions (i - offset) % N_DEV < k are correct
@@ -45,7 +46,7 @@ def eval_records(stage: str, n_exact: int = 0, n_alt: int = 0) -> list[dict]:
 
 
 def write_eval(run_dir: Path, stage: str, set_name: str = "tiny_dev", **kw) -> dict:
-    """One evaluation's files written by `evaluate.write_outputs`; returns its metrics (`summarize`)."""
+    """One evaluation's files written by `records.write_outputs`; returns its metrics (`summarize`)."""
     records = eval_records(stage, **kw)
     metrics = {"stage": stage, "set": set_name, "mode": "set", **summarize(records), "seconds": 1.0}
     write_outputs(EvalResult(metrics, records, run_dir / "eval" / stage / set_name), set_name)

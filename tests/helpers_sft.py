@@ -3,7 +3,7 @@ a handful of chat prompt/completion pairs, the texts a tiny tokenizer is trained
 and a 2-layer model built from a seed."""
 from __future__ import annotations
 
-from acesql_lib.config.settings import SFTConfig
+from acesql_lib.config.train import SFTConfig
 from acesql_lib.models.loading import build_tiny_model
 
 TEXTS = [

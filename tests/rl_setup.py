@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from acesql_lib.config.settings import SFTConfig
+from acesql_lib.config.train import SFTConfig
 from acesql_lib.data.datasets import load_synsql, schemas_for
 from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.roles.pool import ColumnSetPool

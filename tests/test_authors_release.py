@@ -10,9 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib.authors import release as A
+from acesql_lib.authors.initial_pool import pool_from_release, pool_statistics, read_pool
+from acesql_lib.authors.release import main as release_main
+from acesql_lib.authors.release_files import index_names, pool_key, release_file
+from acesql_lib.authors.rl_rows import read_rl_rows, rl_tasks
+from acesql_lib.authors.sft_files import read_sft
 from acesql_lib.train import pool_init as P
-from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import load_config
 from acesql_lib.train.distill import load_rl_tasks, load_sft_samples, run_distillation
 from acesql_lib.config.paths import Paths
 from acesql_lib.roles.pool import ColumnSetPool
@@ -28,7 +33,7 @@ VALIDATION = AUTHORS / "validation.parquet"
 
 def kit_data(n_values: int):
     """Data settings under which a task's schema text is the kit's DDL with `n_values` sampled values."""
-    from acesql_lib.config.settings import DataConfig
+    from acesql_lib.config.data import DataConfig
 
     return DataConfig(schema_style="kit", relevant_values=False, n_example_values=n_values)
 
@@ -37,13 +42,13 @@ def kit_data(n_values: int):
 def released():
     """The raw JSON parsed here, independently of the module, and the module's reading of it."""
     plain = json.loads(POOL.read_text())
-    raw, report = A.read_pool(POOL)
+    raw, report = read_pool(POOL)
     return plain, raw, report
 
 
 @pytest.fixture(scope="module")
 def rows():
-    rows, report = A.read_rl_rows(VALIDATION)
+    rows, report = read_rl_rows(VALIDATION)
     assert report.total == 40 and not report.skipped
     return rows
 
@@ -68,7 +73,7 @@ def test_all_2953_questions_load_into_a_column_set_pool(released):
     plain, raw, _ = released
     top = max(i for sets in raw.values() for s in sets for i in s)
     names = [None] + [f"t.c{i}" for i in range(1, top + 1)]
-    pool, counts = A.pool_from_release(raw, {k: (f"q{n}", names, ()) for n, k in enumerate(sorted(raw))})
+    pool, counts = pool_from_release(raw, {k: (f"q{n}", names, ()) for n, k in enumerate(sorted(raw))})
     assert len(pool) == 2953 and counts["questions_loaded"] == 2953 and counts["released_questions_not_used"] == 0
     for n, key in enumerate(sorted(plain)[:300]):
         want = {frozenset(f"t.c{i}" for i in indices(s)): float(w) for s, w in plain[key].items()}
@@ -77,7 +82,7 @@ def test_all_2953_questions_load_into_a_column_set_pool(released):
 
 def test_pool_statistics_say_how_gold_enters(released, rows):
     _, raw, _ = released
-    s = A.pool_statistics(raw, rows)
+    s = pool_statistics(raw, rows)
     assert (s["questions"], s["entries"]) == (2953, 5009)
     assert (s["integer_weights"], s["half_weights"], s["fractional_weights"]) == (4159, 471, 379)
     assert s["questions_with_a_half_weight"] == 471 and s["questions_with_two_half_weights"] == 0
@@ -96,7 +101,7 @@ def test_malformed_pool_entries_are_reported_and_skipped(tmp_path):
            "db||not a mapping": [1, 2]}
     path = tmp_path / "pool.json"
     path.write_text(json.dumps(bad))
-    raw, report = A.read_pool(path)
+    raw, report = read_pool(path)
     assert raw == {"db||good question": {frozenset({1, 2}): 3.0, frozenset({4}): 0.5}}
     assert report.total == 6 and len(report.skipped) == 5
     reasons = dict(report.skipped)
@@ -104,7 +109,7 @@ def test_malformed_pool_entries_are_reported_and_skipped(tmp_path):
     assert "-1" in reasons["'db||negative'"] and "True" in reasons["'db||boolean'"]
     path.write_text("[1, 2")
     with pytest.raises(ValueError, match="pool.json: not valid JSON"):
-        A.read_pool(path)
+        read_pool(path)
 
 
 def test_a_parquet_copy_of_the_pool_reads_the_same(tmp_path, released):
@@ -116,25 +121,25 @@ def test_a_parquet_copy_of_the_pool_reads_the_same(tmp_path, released):
                for k in keys for s, w in plain[k].items()]
     pq.write_table(pa.Table.from_pylist(per_set), tmp_path / "b.parquet")
     for name in ("a.parquet", "b.parquet"):
-        got, report = A.read_pool(tmp_path / name)
+        got, report = read_pool(tmp_path / name)
         assert got == {k: raw[k] for k in keys} and report.kept == 50
     pq.write_table(pa.Table.from_pylist([{"pool_key": keys[0], "note": "x"}]), tmp_path / "c.parquet")
     with pytest.raises(ValueError, match=r"c.parquet: row 0: no question key with its column sets"):
-        A.read_pool(tmp_path / "c.parquet")
+        read_pool(tmp_path / "c.parquet")
 
 
 # --- the RL rows -----------------------------------------------------------------------------
 
 
 def test_validation_rows_load_into_rl_tasks(rows):
-    tasks = A.rl_tasks(rows, kit_data(2))
+    tasks = rl_tasks(rows, kit_data(2))
     assert len(tasks) == 40 and len({t.qid for t in tasks}) == 40
     for r, t in zip(rows, tasks):
-        assert t.qid == A.pool_key(r.example.db_id, r.example.question) == r.key
+        assert t.qid == pool_key(r.example.db_id, r.example.question) == r.key
         assert t.example.sql == r.example.sql and t.example.evidence == r.example.evidence
         assert [x.name for x in t.schema.tables] == r.db_info["table_names_original"]
         assert len(t.schema.columns()) == len(r.db_info["column_names_original"]) - 1
-        assert A.index_names(t.schema) == r.column_names
+        assert index_names(t.schema) == r.column_names
     assert sum(bool(t.example.evidence) for t in tasks) == 11
     first = tasks[0]
     assert first.schema.table("participants").columns[0].examples == rows[0].sampled_values["participants.participant_id"]
@@ -143,7 +148,7 @@ def test_validation_rows_load_into_rl_tasks(rows):
 
 def test_gold_column_indices_name_the_gold_sqls_column_set(rows):
     """The index convention: positions in column_names_original, '*' at 0."""
-    tasks = A.rl_tasks(rows, kit_data(0))
+    tasks = rl_tasks(rows, kit_data(0))
     agree = sum(column_set(t.example.sql, t.schema) == r.gold_columns for r, t in zip(rows, tasks))
     assert agree == 40
     assert rows[0].gold_columns == {"participants.participant_id", "participants.age", "age_data.participant_id",
@@ -153,8 +158,8 @@ def test_gold_column_indices_name_the_gold_sqls_column_set(rows):
 
 def test_release_pool_for_the_validation_questions_by_name(released, rows):
     plain, raw, _ = released
-    tasks = A.rl_tasks(rows, kit_data(0))
-    pool, counts = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
+    tasks = rl_tasks(rows, kit_data(0))
+    pool, counts = pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     assert counts == {"questions_loaded": 40, "released_questions_not_used": 2913}
     for r in rows:
         names = r.column_names
@@ -168,8 +173,8 @@ def test_release_pool_for_the_validation_questions_by_name(released, rows):
 def test_the_released_pool_trains_like_any_pool(tmp_path, released, rows):
     """Visit, decay and add on a loaded released pool; it survives a save and load unchanged."""
     _, raw, _ = released
-    tasks = A.rl_tasks(rows[:1], kit_data(0))
-    pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
+    tasks = rl_tasks(rows[:1], kit_data(0))
+    pool, _ = pool_from_release(raw, P.pool_questions(tasks, {rows[0].example.db_id: rows[0].column_names}))
     key, gold = rows[0].key, rows[0].gold_columns
     alt = next(s for s in pool.weights(key) if s != gold)
     assert pool.targets(key) == [alt]  # 11 rollouts used another route than the gold SQL (age_data.age)
@@ -187,8 +192,8 @@ def test_malformed_rl_rows_are_reported_and_skipped(tmp_path):
     table[3]["reward_model"]["ground_truth"]["gold_column_indices"] = [0, 99999]  # '*' and past the end
     path = tmp_path / "rows.parquet"
     pq.write_table(pa.Table.from_pylist(table), path)
-    rows, report = A.read_rl_rows(path, db_root=tmp_path / "databases")
-    assert [r.key for r in rows] == [A.pool_key(t["reward_model"]["ground_truth"]["db_id"],
+    rows, report = read_rl_rows(path, db_root=tmp_path / "databases")
+    assert [r.key for r in rows] == [pool_key(t["reward_model"]["ground_truth"]["db_id"],
                                                 t["reward_model"]["ground_truth"]["question"]) for t in table[::4]]
     assert report.total == 5 and [i for i, _ in report.skipped] == ["1", "2", "3"]
     reasons = [why for _, why in report.skipped]
@@ -197,7 +202,7 @@ def test_malformed_rl_rows_are_reported_and_skipped(tmp_path):
     assert rows[0].example.db_path == str(tmp_path / "databases" / db_id / f"{db_id}.sqlite")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(ValueError, match="broken.parquet: not a readable parquet file"):
-        A.read_rl_rows(tmp_path / "broken.parquet")
+        read_rl_rows(tmp_path / "broken.parquet")
 
 
 # --- SFT files -------------------------------------------------------------------------------
@@ -217,7 +222,7 @@ ALPACA = [
 def test_alpaca_records_become_sft_samples(tmp_path):
     path = tmp_path / "domain2_alpaca_think.json"
     path.write_text(json.dumps(ALPACA))
-    samples, report = A.read_sft(path, "generator")
+    samples, report = read_sft(path, "generator")
     assert report.total == 6 and [i for i, _ in report.skipped] == ["3", "4", "5"]
     assert "'instruction'" in report.skipped[0][1] and "'output'" in report.skipped[1][1]
     assert [s["role"] for s in samples] == ["generator"] * 3
@@ -227,7 +232,7 @@ def test_alpaca_records_become_sft_samples(tmp_path):
     assert samples[1]["completion"] == [{"role": "assistant", "content": ALPACA[1]["output"]}]
     assert len(check_samples(samples)) == 3  # what the SFT trainer accepts
     pq.write_table(pa.Table.from_pylist(ALPACA[:2]), tmp_path / "train.parquet")  # the hub's layout
-    again, _ = A.read_sft(tmp_path / "train.parquet", "retriever")
+    again, _ = read_sft(tmp_path / "train.parquet", "retriever")
     assert [s["prompt"] for s in again] == [s["prompt"] for s in samples[:2]]
 
 
@@ -255,8 +260,8 @@ def test_seed_gold_rebuilds_the_released_pool_of_the_validation_questions(releas
     """Take the 0.5 gold seeds out of the released pool (what plain SFT counts would give) and seed
     again: the released pool comes back on all 40 rows."""
     _, raw, _ = released
-    tasks = A.rl_tasks(rows, kit_data(0))
-    pool, _ = A.pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
+    tasks = rl_tasks(rows, kit_data(0))
+    pool, _ = pool_from_release(raw, P.pool_questions(tasks, {r.example.db_id: r.column_names for r in rows}))
     data = pool.to_dict()
     for q in data["questions"].values():
         q["sets"] = [s for s in q["sets"] if not (s[1] == 0.5 and sorted(s[0]) == q["gold"])]
@@ -302,7 +307,7 @@ def test_stage1_source_authors_gives_their_tasks_sft_samples_and_pool(tmp_path, 
     pool = P.initial_pool(cfg, paths, [*train, *val])
     assert len(pool) == 40
     t = val[-1]
-    names = A.index_names(t.schema)
+    names = index_names(t.schema)
     assert pool.weights(t.qid) == {frozenset(names[i] for i in indices(s)): float(w) for s, w in plain[t.qid].items()}
     static = P.initial_pool(load_config("paper", {**authors_over(tmp_path, release), "grpo.pool_init": "static_gold"}),
                             paths, [*train, *val])
@@ -321,7 +326,7 @@ def authors_over(tmp_path, release):
 def test_pool_init_authors_file_with_other_questions_is_a_clear_error(tmp_path, release, rows):
     cfg = load_config("paper", {"grpo.pool_init": "authors_file",
                                 "grpo.authors_pool_file": str(release / "RL" / "data" / "initial_pool.json")})
-    tasks = A.rl_tasks(rows[:3], kit_data(0))
+    tasks = rl_tasks(rows[:3], kit_data(0))
     pool = P.initial_pool(cfg, Paths.from_config(cfg), tasks)  # their questions, by db_id||question
     assert pool.weights(tasks[0].qid)[rows[0].gold_columns] == 0.5
     for t in tasks:
@@ -351,20 +356,20 @@ def test_release_settings_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="grpo.pool_init"):
         load_config("paper", {"grpo.pool_init": "gold_plus"})
     with pytest.raises(FileNotFoundError, match="download_acesql_release"):
-        A.release_file(tmp_path, "rl_train")
-    assert A.release_file(AUTHORS, "pool") == POOL and A.release_file(AUTHORS, "rl_validation") == VALIDATION
+        release_file(tmp_path, "rl_train")
+    assert release_file(AUTHORS, "pool") == POOL and release_file(AUTHORS, "rl_validation") == VALIDATION
     hub = tmp_path / "hub" / "data" / "rl"  # the hub dataset's layout
     hub.mkdir(parents=True)
     shutil.copy(VALIDATION, hub / "validation.parquet")
-    assert A.release_file(tmp_path / "hub", "rl_validation") == hub / "validation.parquet"
+    assert release_file(tmp_path / "hub", "rl_validation") == hub / "validation.parquet"
 
 
 def test_command_line_writes_the_sft_jsonl_the_sft_launcher_reads(tmp_path, release, capsys):
     from acesql_lib.train.sft import read_samples
 
     out = tmp_path / "sft_samples.jsonl"
-    A.main(["--config", "paper", "--set", f"data.authors_release_dir={release}", "--write-sft", str(out),
-            "--pool-stats"])
+    release_main(["--config", "paper", "--set", f"data.authors_release_dir={release}", "--write-sft", str(out),
+                  "--pool-stats"])
     assert [s["role"] for s in read_samples(out)] == ["retriever", "generator", "generator", "generator"]
     printed = capsys.readouterr().out
     stats = json.loads(printed[printed.index("{"):])

@@ -16,9 +16,9 @@ import random
 
 import pytest
 
-from acesql_lib.models.engines import Completion
+from acesql_lib.models.completions import Completion
 from acesql_lib.roles.pool import ColumnSetPool, pool_additions
-from acesql_lib.roles.prompts import parse_generator, parse_retriever
+from acesql_lib.roles.answers import parse_generator, parse_retriever
 from acesql_lib.roles.rewards import generator_reward, retriever_reward
 from acesql_lib.train.rollouts import is_truncated
 from acesql_lib.data.schema import load_tables_json

@@ -11,7 +11,8 @@ import pytest
 from acesql_lib.evaluation.baselines import BASELINES, PROTOCOLS, baseline_dir, estimated_hours, last_sql_block, \
     majority_vote, protocol, release_question
 from acesql_lib.evaluation.baselines.omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
-from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.config.eval import EvalSet
+from acesql_lib.config.profiles import load_config
 from acesql_lib.evaluation.evaluate import evaluate_baseline
 from acesql_lib.runtime.jsonfiles import DatasetError
 from acesql_lib.models.loading import load_tokenizer

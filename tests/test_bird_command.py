@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from acesql_lib.executor import BIRD_SEPARATOR, main, score_bird, write_bird_predictions
+from acesql_lib.executor import BIRD_SEPARATOR, BirdFiles, main, score_bird, write_bird_predictions
 from acesql_lib.data.tinyworld import build_tinyworld
 
 
@@ -51,7 +51,8 @@ def test_verdicts_agree_with_the_official_rule_on_the_tiny_world(world, tmp_path
             db_ids.append(rec["db_id"])
     (tmp_path / "dev.json").write_text(json.dumps(gold))
     write_bird_predictions(tmp_path / "predict_dev.json", preds, db_ids)
-    report = score_bird(tmp_path / "predict_dev.json", tmp_path / "dev.json", world.dev_db_root, progress=False)
+    report = score_bird(BirdFiles(tmp_path / "predict_dev.json", tmp_path / "dev.json", world.dev_db_root),
+                        progress=False)
     ours = [int(s.correct) for s in report.scores]
     theirs = [official_verdict(p, g["SQL"], str(world.dev_db_root / g["db_id"] / f"{g['db_id']}.sqlite"))
               for p, g in zip(preds, gold)]
@@ -86,10 +87,10 @@ def test_results_over_100000_rows_are_scored_by_set_equality(big_root, tmp_path)
     gold = ["SELECT x, y FROM t ORDER BY x DESC", "SELECT x FROM t"]
     entries = {"0": f"SELECT x, y FROM t{BIRD_SEPARATOR}big", "1": f"SELECT x + 1 FROM t{BIRD_SEPARATOR}big"}
     pred, dev = _files(tmp_path, entries, gold)
-    report = score_bird(pred, dev, big_root, progress=False)
+    report = score_bird(BirdFiles(pred, dev, big_root), progress=False)
     assert [s.correct for s in report.scores] == [True, False]
     assert [s.pred_status for s in report.scores] == ["ok", "ok"]
-    capped = score_bird(pred, dev, big_root, max_rows=1000, progress=False)
+    capped = score_bird(BirdFiles(pred, dev, big_root), max_rows=1000, progress=False)
     assert [s.pred_status for s in capped.scores] == ["too_large", "too_large"] and capped.too_large == 2
 
 
@@ -256,7 +257,7 @@ def _rule_files(tmp_path, cases):
 
 
 def _ours(pred, gold_sql, dev, root, mode):
-    return [int(s.correct) for s in score_bird(pred, gold_sql, root, diff_json=dev, progress=False,
+    return [int(s.correct) for s in score_bird(BirdFiles(pred, gold_sql, root, dev), progress=False,
                                                scoring=mode).scores]
 
 
@@ -289,7 +290,7 @@ def test_entries_the_original_release_stops_on(rules_root, tmp_path):
     with pytest.raises(ValueError):
         original_release(pred, gold_sql, f"{rules_root}/")
     with pytest.raises(DatasetError, match=r"predict_dev\.json: entry '0' has no .* separator: .*evaluation\.py stops"):
-        score_bird(pred, gold_sql, rules_root, diff_json=dev, progress=False, scoring="bird_original")
+        score_bird(BirdFiles(pred, gold_sql, rules_root, dev), progress=False, scoring="bird_original")
     assert authors_scripts([c[2] for c in STOP_CASES], gold, f"{rules_root}/") == [c[4][1] for c in STOP_CASES]
     assert minidev_release(pred, gold_sql, f"{rules_root}/") == [c[4][2] for c in STOP_CASES]
     for k, mode in enumerate(("kit", "authors", "bird_minidev")):
@@ -301,11 +302,11 @@ def test_fewer_entries_than_gold_questions_stop_the_releases_and_count_in_kit(ru
 
     pred, gold_sql, dev, _ = _rule_files(tmp_path, RULE_CASES[6:8])
     pred.write_text(json.dumps({"0": RULE_CASES[6][1]}))
-    kit = score_bird(pred, gold_sql, rules_root, diff_json=dev, progress=False)
+    kit = score_bird(BirdFiles(pred, gold_sql, rules_root, dev), progress=False)
     assert [s.correct for s in kit.scores] == [True, False] and kit.missing == 1
     for mode in ("authors", "bird_original", "bird_minidev"):
         with pytest.raises(DatasetError, match=r"no prediction for 1 of 2 gold questions"):
-            score_bird(pred, gold_sql, rules_root, diff_json=dev, progress=False, scoring=mode)
+            score_bird(BirdFiles(pred, gold_sql, rules_root, dev), progress=False, scoring=mode)
     table = main(["--pred", str(pred), "--gold", str(gold_sql), "--diff-json", str(dev), "--db-root", str(rules_root),
                   "--mode", "kit", "--compare", "set"])
     assert table["total"] == (50.0, 2) and "scoring: kit" in capsys.readouterr().out

@@ -10,7 +10,8 @@ import pytest
 
 from acesql_lib.data import checksums
 from acesql_lib.data.checksums import ChecksumError, DigestCache, load_manifest, preflight_rows, verify_benchmark
-from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import load_config
 from repo_paths import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "real"
@@ -108,7 +109,7 @@ def test_make_checksums_records_digests_and_never_overwrites_one(tmp_path, manif
 
 
 def test_a_download_is_verified_and_a_changed_one_stops_naming_the_file(tmp_path, manifest, monkeypatch):
-    from acesql_lib.data.datasets import download_spider_realistic
+    from acesql_lib.data.downloads import download_spider_realistic
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     published = tmp_path / "published.json"

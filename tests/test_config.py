@@ -4,7 +4,10 @@ import pytest
 import yaml
 
 from acesql_lib.config.context import RunContext
-from acesql_lib.config.settings import CONFIG_DIR, Config, ConfigError, GRPOConfig, load_config, parse_overrides, written_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import CONFIG_DIR, load_config, parse_overrides, written_config
+from acesql_lib.config.settings import Config
+from acesql_lib.config.train import GRPOConfig
 from acesql_lib.config.paths import Paths
 
 
@@ -253,15 +256,15 @@ def test_every_choice_refuses_a_value_outside_its_literal_naming_key_value_and_c
 def test_choices_the_modules_act_on_are_the_configs():
     import typing
 
-    from acesql_lib.config import settings as config
+    from acesql_lib.config import choices
     from acesql_lib import executor
     from acesql_lib.train import grpo, pcgrad, rollouts, tracking
 
-    assert pcgrad.PCGRAD_MODES == typing.get_args(config.PCGradMode)
-    assert rollouts.TRUNCATION_RULES == typing.get_args(config.Truncation)
-    assert executor.SCORINGS == typing.get_args(config.Scoring)
-    assert grpo.SCHEDULES == typing.get_args(config.AuthorsOrKit)
-    assert tracking.TRACKERS == typing.get_args(config.Tracker)
+    assert pcgrad.PCGRAD_MODES == typing.get_args(choices.PCGradMode)
+    assert rollouts.TRUNCATION_RULES == typing.get_args(choices.Truncation)
+    assert executor.SCORINGS == typing.get_args(choices.Scoring)
+    assert grpo.SCHEDULES == typing.get_args(choices.AuthorsOrKit)
+    assert tracking.TRACKERS == typing.get_args(choices.Tracker)
     assert len(list(_choice_fields())) >= 30
 
 
@@ -271,7 +274,7 @@ def _bounded_fields():
     import dataclasses as dc
     import typing
 
-    from acesql_lib.config.settings import field_bounds
+    from acesql_lib.config.checks import field_bounds
 
     def walk(obj, path):
         for name, hint in typing.get_type_hints(type(obj), include_extras=True).items():
@@ -334,7 +337,8 @@ def test_every_bound_refuses_a_value_just_outside_it_naming_key_value_and_bound(
 
 
 def test_types_are_strict_and_a_section_built_in_code_is_validated_too():
-    from acesql_lib.config.settings import DataConfig, EvalConfig
+    from acesql_lib.config.data import DataConfig
+    from acesql_lib.config.eval import EvalConfig
 
     with pytest.raises(ConfigError, match=r"grpo.batch_questions: True is not a valid integer"):
         load_config("tiny", {"grpo.batch_questions": True})  # a bool is not a count

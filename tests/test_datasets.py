@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.data.datasets import (DatasetError, OfflineError, download_acesql_release, download_bird_dev,
-                                 download_spider, download_synsql, load_bird, load_spider, load_synsql, load_tables)
+from acesql_lib.data.datasets import DatasetError, load_bird, load_spider, load_synsql, load_tables
+from acesql_lib.data.downloads import (OfflineError, download_acesql_release, download_bird_dev, download_spider,
+                                       download_synsql)
 from repo_paths import REAL
 
 

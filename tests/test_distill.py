@@ -4,12 +4,12 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql
-from acesql_lib.config.settings import DataConfig
+from acesql_lib.config.data import DataConfig
 from acesql_lib.data.task import build_tasks
 from acesql_lib.train.distill import SampledModel, build_products, run_distillation, save_products, usable
-from acesql_lib.models.engines import HFEngine
+from acesql_lib.models.hf_engine import HFEngine
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import world_text
 
@@ -118,7 +118,8 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
                                   "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
                                   "distill.temperature": 0.3})
     run_distillation(hotter, ts[:2], engine, tok, tmp_path, style="tiny", progress=False)
-    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False, model=SampledModel("other-model"))
+    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False,
+                     model=SampledModel("other-model"))
     folders = sorted(p for p in (tmp_path / "shards").iterdir())
     assert len(folders) == 3 and shards[0].exists()
     assert {json.loads((f / "settings.json").read_text())["temperature"] for f in folders} == {0.3, cfg.distill.temperature}

@@ -4,8 +4,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from acesql_lib.config.settings import EngineConfig
-from acesql_lib.models.engines import Completion, HFEngine, count_tokens, make_engine, policy_weights, stop_token_ids
+from acesql_lib.config.model import EngineConfig
+from acesql_lib.models.completions import Completion, count_tokens, stop_token_ids
+from acesql_lib.models.engines import make_engine
+from acesql_lib.models.hf_engine import HFEngine, HFOptions
+from acesql_lib.models.vllm_engine import policy_weights
 from acesql_lib.models.loading import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
 from acesql_lib.runtime.workers import DECODE_THREADS
 
@@ -46,7 +49,7 @@ def prompts(trained):
 
 
 def test_greedy_is_deterministic_and_n_copies_agree(trained, prompts):
-    engine = HFEngine(*trained, batch_size=4)
+    engine = HFEngine(*trained, HFOptions(batch_size=4))
     first = engine.generate(prompts, n=2, temperature=0.0, max_new_tokens=12)
     second = engine.generate(prompts, n=2, temperature=0.0, max_new_tokens=12)
     assert [len(g) for g in first] == [2, 2, 2]
@@ -63,7 +66,7 @@ def test_left_padding_matches_single_prompt_generation(trained, prompts):
 
 
 def test_seeded_sampling_is_reproducible_and_leaves_global_rng(trained, prompts):
-    engine = HFEngine(*trained, batch_size=5)
+    engine = HFEngine(*trained, HFOptions(batch_size=5))
     state = torch.get_rng_state()
     a = engine.generate(prompts, n=4, temperature=1.5, max_new_tokens=10, seed=7)
     assert torch.equal(torch.get_rng_state(), state)
@@ -146,8 +149,8 @@ def test_make_engine(trained):
     model, tokenizer = trained
     engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3, hf_cache="dynamic", hf_sort_by_length=True), model,
                          tokenizer)
-    assert isinstance(engine, HFEngine) and engine.batch_size == 3
-    assert engine.cache == "dynamic" and engine.sort_by_length
+    assert isinstance(engine, HFEngine) and engine.options.batch_size == 3
+    assert engine.options.cache == "dynamic" and engine.options.sort_by_length
     with pytest.raises(ValueError, match="model_path"):
         make_engine(EngineConfig(kind="vllm"), model, tokenizer)
 
@@ -161,7 +164,7 @@ def _ids(out):
 
 
 def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(trained, prompts):
-    from acesql_lib.models.engines import gqa_attention
+    from acesql_lib.models.gqa_attention import gqa_attention
 
     model, tokenizer = trained
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped heads to keep grouped
@@ -189,10 +192,10 @@ def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(tra
 def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, levers):
     # n=2 and n=3 with batches of 4: a prompt's copies also fall on both sides of a batch's edge; `plain` is
     # transformers' `generate` itself, {} the engine's defaults
-    plain = HFEngine(*trained, batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False,
-                     drop_finished=False)
-    fast = HFEngine(*trained, batch_size=4,
-                    **({"share_prefix": False, "drop_finished": False, **levers} if levers else {}))
+    plain = HFEngine(*trained, HFOptions(batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False,
+                                         drop_finished=False))
+    fast = HFEngine(*trained, HFOptions(batch_size=4, **({"share_prefix": False, "drop_finished": False, **levers}
+                                                         if levers else {})))
     assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
         _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
     # same batches, same seed: the same draws, so the same samples
@@ -205,7 +208,7 @@ def test_sorted_batches_return_in_prompt_order(trained, prompts):
     mixed = [prompts[2], prompts[1], prompts[0], prompts[1] + " more words here"]
     lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in mixed]
     assert lengths != sorted(lengths)
-    sorted_engine = HFEngine(model, tokenizer, batch_size=2, sort_by_length=True)
+    sorted_engine = HFEngine(model, tokenizer, HFOptions(batch_size=2, sort_by_length=True))
     batches = sorted_engine._batches(lengths, n=2)
     assert [lengths[r // 2] for b in batches for r in b] == sorted(lengths[r // 2] for r in range(8))
     assert all(b[0] // 2 == b[1] // 2 for b in batches)  # a prompt's copies share a batch
@@ -217,7 +220,7 @@ def test_sorted_batches_return_in_prompt_order(trained, prompts):
 
 
 def test_grouped_kv_on_a_lora_model(trained, prompts):
-    from acesql_lib.models.engines import gqa_attention
+    from acesql_lib.models.gqa_attention import gqa_attention
 
     _, tokenizer = trained
     torch.manual_seed(1)
@@ -227,11 +230,11 @@ def test_grouped_kv_on_a_lora_model(trained, prompts):
     with gqa_attention(peft_model):
         assert base.config._attn_implementation != "sdpa"
     assert base.config._attn_implementation == "sdpa"
-    fast = HFEngine(peft_model, tokenizer, cache="static").generate(prompts, temperature=0.0, max_new_tokens=8)
-    plain = HFEngine(peft_model, tokenizer, cache="dynamic", grouped_kv=False).generate(prompts, temperature=0.0,
-                                                                                         max_new_tokens=8)
+    fast = HFEngine(peft_model, tokenizer, HFOptions(cache="static")).generate(prompts, temperature=0.0, max_new_tokens=8)
+    plain = HFEngine(peft_model, tokenizer, HFOptions(cache="dynamic", grouped_kv=False)).generate(
+        prompts, temperature=0.0, max_new_tokens=8)
     assert _ids(fast) == _ids(plain)
-    shared, unshared = (HFEngine(peft_model, tokenizer, share_prefix=share).generate(
+    shared, unshared = (HFEngine(peft_model, tokenizer, HFOptions(share_prefix=share)).generate(
         prompts, n=3, temperature=1.0, max_new_tokens=8, seed=2) for share in (True, False))
     assert _ids(shared) == _ids(unshared)
 
@@ -246,8 +249,8 @@ def test_a_shared_prefix_is_prefilled_once_per_distinct_prompt(trained, prompts)
     try:
         for share in (True, False):
             widths.clear()
-            HFEngine(model, tokenizer, batch_size=8, share_prefix=share).generate(prompts[:2], n=4, temperature=1.0,
-                                                                                  max_new_tokens=3, seed=0)
+            HFEngine(model, tokenizer, HFOptions(batch_size=8, share_prefix=share)).generate(
+                prompts[:2], n=4, temperature=1.0, max_new_tokens=3, seed=0)
             full = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts[:2])
             assert widths[0] == ((2, full - 1) if share else (8, full))
             assert widths[1] == (8, 1)  # then the last prompt token (shared) or the first new one
@@ -259,19 +262,19 @@ def test_a_shared_prefix_is_prefilled_once_per_distinct_prompt(trained, prompts)
 
 
 def test_prefix_groups_share_long_openings_only():
-    from acesql_lib.models.engines import _prefix_groups
+    from acesql_lib.models.hf_prefix import prefix_groups
 
     schema_a, schema_b = [5] * 40, [5] * 12 + [6] * 30  # b shares 12 tokens with a: a chat header, not a schema
     prompts = [schema_a + [7, 8], schema_b + [9], schema_a + [10, 11, 12], [3, 4], schema_b + [13, 14],
                schema_a + [7]]
-    groups = {tuple(sorted(members)): opening for members, opening in _prefix_groups(prompts, 32)}
+    groups = {tuple(sorted(members)): opening for members, opening in prefix_groups(prompts, 32)}
     assert groups == {(0, 2, 5): 40, (1, 4): 42, (3,): 1}
-    assert _prefix_groups(prompts, 50) == [([d], len(prompts[d]) - 1) for d in (3, 5, 0, 2, 1, 4)]  # in token order
+    assert prefix_groups(prompts, 50) == [([d], len(prompts[d]) - 1) for d in (3, 5, 0, 2, 1, 4)]  # in token order
     # an opening stops before a member's last token, however much more the others share
     short, long_ = [5] * 33 + [6], [5] * 33 + [6, 7, 8]
-    assert [(sorted(m), k) for m, k in _prefix_groups([long_, short], 32)] == [([0, 1], 33)]
+    assert [(sorted(m), k) for m, k in prefix_groups([long_, short], 32)] == [([0, 1], 33)]
     # a prompt that would halve the group's opening starts its own group
-    assert len(_prefix_groups([[1] * 100 + [2], [1] * 40 + [3] * 70], 32)) == 2
+    assert len(prefix_groups([[1] * 100 + [2], [1] * 40 + [3] * 70], 32)) == 2
 
 
 @pytest.mark.parametrize("drop_finished", [True, False])
@@ -288,15 +291,15 @@ def test_prompts_that_open_alike_share_one_prefill_of_the_opening(trained, drop_
     hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
                                            with_kwargs=True)
     try:
-        shared = HFEngine(model, tokenizer, batch_size=64, drop_finished=drop_finished, cache="dynamic")
+        shared = HFEngine(model, tokenizer, HFOptions(batch_size=64, drop_finished=drop_finished, cache="dynamic"))
         greedy = shared.generate(asks, temperature=0.0, max_new_tokens=12)
         assert shapes[:2] == [(1, opening), (4, max(map(len, encoded)) - 1 - opening)]
         sampled = shared.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4)
     finally:
         hook.remove()
-    for whole in (HFEngine(model, tokenizer, batch_size=64, share_prefix=False, drop_finished=False),
-                  HFEngine(model, tokenizer, batch_size=64, shared_opening_min=0, drop_finished=drop_finished,
-                           cache="dynamic")):
+    for whole in (HFEngine(model, tokenizer, HFOptions(batch_size=64, share_prefix=False, drop_finished=False)),
+                  HFEngine(model, tokenizer, HFOptions(batch_size=64, shared_opening_min=0, drop_finished=drop_finished,
+                                                       cache="dynamic"))):
         assert _ids(greedy) == _ids(whole.generate(asks, temperature=0.0, max_new_tokens=12))
         assert _ids(sampled) == _ids(whole.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4))
 
@@ -305,15 +308,15 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
     """A long prompt that shares nothing beside three that share a short opening but have long rests: the second
     prefill would attend over the long prompt's width and the longest rest, more work than one prefill of each
     prompt whole, so each is prefilled whole."""
-    from acesql_lib.models.engines import _prefill_work, _prefix_groups, _token_work
+    from acesql_lib.models.hf_prefix import prefill_work, prefix_groups, token_work
 
     model, tokenizer = trained
     opening = [5] * 64
     encoded = [[3] * 300, opening + [6], opening + [8] * 250, opening + [9] * 200]
-    groups = _prefix_groups(encoded, 32)
+    groups = prefix_groups(encoded, 32)
     assert sorted(sorted(m) for m, _ in groups) == [[0], [1, 2, 3]]
     alone = [([d], len(p) - 1) for d, p in enumerate(encoded)]
-    assert _prefill_work(_token_work(model), groups, encoded) > _prefill_work(_token_work(model), alone, encoded)
+    assert prefill_work(token_work(model), groups, encoded) > prefill_work(token_work(model), alone, encoded)
     shapes: list[tuple[int, int]] = []
     hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
                                            with_kwargs=True)
@@ -327,7 +330,7 @@ def test_openings_are_shared_only_where_that_is_less_work(trained):
 def test_exponential_noise_is_torchs_draw():
     """The sampler's noise: torch's exponential draws, value for value, and the generator left where torch's
     leaves it."""
-    from acesql_lib.models.engines import exponential_noise
+    from acesql_lib.models.hf_engine import exponential_noise
 
     ours, torchs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
     for shape in [(64, 1024)] * 40 + [(3, 7), (1, 1)]:
@@ -342,14 +345,14 @@ def test_exponential_noise_is_torchs_draw():
 
 
 def test_engine_settings_are_checked():
-    from acesql_lib.config.settings import ConfigError
+    from acesql_lib.config.checks import ConfigError
 
     with pytest.raises(ConfigError, match="engine.hf_cache"):
         EngineConfig(hf_cache="paged")
     with pytest.raises(ConfigError, match="engine.hf_batch_size"):
         EngineConfig(hf_batch_size=0)
     with pytest.raises(ValueError, match="cache"):
-        HFEngine(torch.nn.Linear(1, 1), None, cache="paged")
+        HFEngine(torch.nn.Linear(1, 1), None, HFOptions(cache="paged"))
 
 
 def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts, monkeypatch):
@@ -361,16 +364,16 @@ def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts
     decode = HFEngine._decode
     monkeypatch.setattr(HFEngine, "_decode",
                         lambda self, ids, *a, **kw: calls.append(ids.shape[0]) or decode(self, ids, *a, **kw))
-    one = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=16)
-    split = HFEngine(model, tokenizer, batch_size=2, greedy_batch_size=3)
+    one = HFEngine(model, tokenizer, HFOptions(batch_size=2, greedy_batch_size=16))
+    split = HFEngine(model, tokenizer, HFOptions(batch_size=2, greedy_batch_size=3))
     assert _ids(one.generate(many, temperature=0.0, max_new_tokens=16)) == \
         _ids(split.generate(many, temperature=0.0, max_new_tokens=16))
     assert calls == [7, 3, 3, 1]
     calls.clear()
     sampled = one.generate(many[:3], n=2, temperature=1.0, max_new_tokens=8, seed=1)
     assert calls == [2, 2, 2]  # batch_size rows per call when sampling
-    assert _ids(sampled) == _ids(HFEngine(model, tokenizer, batch_size=2).generate(many[:3], n=2, temperature=1.0,
-                                                                                   max_new_tokens=8, seed=1))
+    assert _ids(sampled) == _ids(HFEngine(model, tokenizer, HFOptions(batch_size=2)).generate(
+        many[:3], n=2, temperature=1.0, max_new_tokens=8, seed=1))
 
 
 def _stopping_prompts(tokenizer) -> list[str]:
@@ -385,13 +388,13 @@ def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
     the batch: the policy's forward sees fewer rows than the batch before the longest answer ends."""
     model, tokenizer = trained
     ask = _stopping_prompts(tokenizer)
-    ours, theirs = (HFEngine(model, tokenizer, drop_finished=drop, cache=cache).generate(
+    ours, theirs = (HFEngine(model, tokenizer, HFOptions(drop_finished=drop, cache=cache)).generate(
         ask, n=2, temperature=0.0, max_new_tokens=24) for drop, cache in ((True, "auto"), (False, "dynamic")))
     assert _ids(ours) == _ids(theirs)
     assert [[(c.text, c.truncated) for c in g] for g in ours] == [[(c.text, c.truncated) for c in g] for g in theirs]
     lengths = sorted({c.n_tokens for g in ours for c in g})
     assert len(lengths) >= 3 and any(c.truncated for g in ours for c in g), lengths  # ends spread, some run on
-    assert _ids(HFEngine(model, tokenizer, drop_finished=False, cache="static").generate(
+    assert _ids(HFEngine(model, tokenizer, HFOptions(drop_finished=False, cache="static")).generate(
         ask, temperature=0.0, max_new_tokens=24)) == [g[:1] for g in _ids(ours)]
 
     rows: list[int] = []
@@ -407,7 +410,7 @@ def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
     peft_model = apply_lora(build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
                                              intermediate_size=128, max_position=256), LoraSpec(r=4, alpha=8, dropout=0.0))
     assert _ids(HFEngine(peft_model, tokenizer).generate(ask, temperature=0.0, max_new_tokens=10)) == \
-        _ids(HFEngine(peft_model, tokenizer, drop_finished=False, cache="dynamic").generate(
+        _ids(HFEngine(peft_model, tokenizer, HFOptions(drop_finished=False, cache="dynamic")).generate(
             ask, temperature=0.0, max_new_tokens=10))
 
 
@@ -419,8 +422,8 @@ def test_dropping_ended_rows_keeps_the_sampled_tokens(trained):
     model, tokenizer = trained
     ask = _stopping_prompts(tokenizer)
     for temperature, top_p, share in ((0.7, 0.9, True), (1.3, 1.0, False), (1.0, 0.5, True)):
-        ours, theirs = (HFEngine(model, tokenizer, batch_size=12, drop_finished=drop, share_prefix=share).generate(
-            ask, n=4, temperature=temperature, top_p=top_p, max_new_tokens=24, seed=11) for drop in (True, False))
+        ours, theirs = (HFEngine(model, tokenizer, HFOptions(batch_size=12, drop_finished=drop, share_prefix=share))
+                        .generate(ask, n=4, temperature=temperature, top_p=top_p, max_new_tokens=24, seed=11) for drop in (True, False))
         assert [[(c.token_ids, c.text, c.truncated) for c in g] for g in ours] == \
             [[(c.token_ids, c.text, c.truncated) for c in g] for g in theirs], (temperature, top_p, share)
         lengths = {c.n_tokens for g in ours for c in g}
@@ -430,7 +433,7 @@ def test_dropping_ended_rows_keeps_the_sampled_tokens(trained):
     after = []
     for drop in (True, False):
         torch.manual_seed(5)
-        samples = HFEngine(model, tokenizer, drop_finished=drop).generate(ask[:4], n=3, temperature=1.0,
+        samples = HFEngine(model, tokenizer, HFOptions(drop_finished=drop)).generate(ask[:4], n=3, temperature=1.0,
                                                                           max_new_tokens=12)
         after.append((_ids(samples), torch.rand(4).tolist()))
     assert after[0] == after[1]
@@ -438,7 +441,7 @@ def test_dropping_ended_rows_keeps_the_sampled_tokens(trained):
     rows: list[int] = []
     hook = model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
     try:
-        HFEngine(model, tokenizer, batch_size=64, share_prefix=False).generate(ask, n=2, temperature=1.0,
+        HFEngine(model, tokenizer, HFOptions(batch_size=64, share_prefix=False)).generate(ask, n=2, temperature=1.0,
                                                                                max_new_tokens=24, seed=0)
     finally:
         hook.remove()
@@ -455,8 +458,8 @@ def test_sampling_from_non_finite_logits_fails_as_generate_does(trained, prompts
         broken.lm_head.weight[0, 0] = float("nan")
     for drop in (True, False):
         with pytest.raises(RuntimeError, match="inf.*nan"):
-            HFEngine(broken, tokenizer, drop_finished=drop).generate(prompts, n=2, temperature=1.0, max_new_tokens=4,
-                                                                     seed=0)
+            HFEngine(broken, tokenizer, HFOptions(drop_finished=drop)).generate(prompts, n=2, temperature=1.0,
+                                                                                max_new_tokens=4, seed=0)
 
 
 def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(trained):
@@ -465,7 +468,7 @@ def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(t
     when the room runs out, and rows dropped as the dynamic cache drops them."""
     from transformers import DynamicCache
 
-    from acesql_lib.models.engines import in_place_cache
+    from acesql_lib.models.hf_cache import in_place_cache
 
     model, _ = trained
     ours, theirs = in_place_cache(model, room=3), DynamicCache(config=model.config)
@@ -488,7 +491,7 @@ def test_the_in_place_cache_holds_what_the_dynamic_cache_holds_without_copying(t
 def test_the_in_place_cache_leaves_sliding_window_layers_alone():
     from transformers import DynamicCache, Qwen3Config
 
-    from acesql_lib.models.engines import in_place_cache
+    from acesql_lib.models.hf_cache import in_place_cache
 
     config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, use_sliding_window=True, sliding_window=8, max_window_layers=1)
@@ -502,15 +505,16 @@ def test_the_in_place_cache_leaves_sliding_window_layers_alone():
 
 
 def test_a_budget_beyond_the_cache_room_grows_the_cache_and_keeps_the_tokens(trained, monkeypatch):
-    """With less room than the call's budget (`engines.CACHE_ROOM`, 256 tokens by default), the kit's loop grows
+    """With less room than the call's budget (`hf_engine.CACHE_ROOM`, 256 tokens by default), the kit's loop grows
     its cache as it goes and returns `generate`'s tokens, greedy and sampled, with and without the shared prefill."""
-    import acesql_lib.models.engines as engines
+    import acesql_lib.models.hf_cache as hf_cache
+    import acesql_lib.models.hf_engine as hf_engine
 
     model, tokenizer = trained
     ask = _stopping_prompts(tokenizer)
-    monkeypatch.setattr(engines, "CACHE_ROOM", 5)
+    monkeypatch.setattr(hf_engine, "CACHE_ROOM", 5)
     grown: list[int] = []
-    update = engines._in_place_layer().update
+    update = hf_cache._in_place_layer().update
 
     def counted(layer, *args, **kwargs):
         before = layer.k_buffer
@@ -518,10 +522,10 @@ def test_a_budget_beyond_the_cache_room_grows_the_cache_and_keeps_the_tokens(tra
         grown.append(before is not None and layer.k_buffer is not before)
         return out
 
-    monkeypatch.setattr(engines._in_place_layer(), "update", counted)
+    monkeypatch.setattr(hf_cache._in_place_layer(), "update", counted)
     for share in (True, False):
         for temperature in (0.0, 0.9):
-            ours, theirs = (HFEngine(model, tokenizer, share_prefix=share, drop_finished=drop).generate(
+            ours, theirs = (HFEngine(model, tokenizer, HFOptions(share_prefix=share, drop_finished=drop)).generate(
                 ask, n=2, temperature=temperature, max_new_tokens=24, seed=4) for drop in (True, False))
             assert _ids(ours) == _ids(theirs), (share, temperature)
     assert any(grown)  # the budget of 24 ran past the room of 5
@@ -537,7 +541,7 @@ def test_decoding_runs_at_the_decode_threads_and_keeps_the_tokens(trained, promp
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        engine = HFEngine(model, tokenizer, batch_size=4)
+        engine = HFEngine(model, tokenizer, HFOptions(batch_size=4))
 
         def run() -> tuple:
             return (_ids(engine.generate(prompts, temperature=0.0, max_new_tokens=16)),
@@ -589,8 +593,8 @@ def test_vllm_sleep_mode_on_a_cpu_is_refused_before_the_engine_starts():
     loading); the kit says so, naming the setting, before anything loads."""
     import torch
 
-    from acesql_lib.models.engines import VLLMEngine
+    from acesql_lib.models.vllm_engine import VLLMEngine, VLLMSettings
 
     assert not torch.cuda.is_available()
     with pytest.raises(ValueError, match="engine.sleep_during_update"):
-        VLLMEngine("no-model-is-read", sleep_during_update=True)
+        VLLMEngine("no-model-is-read", VLLMSettings(sleep_during_update=True))

@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from acesql_lib.config.settings import EvalSet, load_config
+from acesql_lib.config.eval import EvalSet
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.evaluation.evaluate import (alt_route_metrics, evaluate, evaluate_set, evaluate_sets, ex_by_difficulty, generator_ability,
-                                 retrieval_metrics, summarize, token_metrics)
+from acesql_lib.evaluation.evaluate import EvalOptions, evaluate, evaluate_set, evaluate_sets
+from acesql_lib.evaluation.metrics import alt_route_metrics, generator_ability, retrieval_metrics, summarize, token_metrics
+from acesql_lib.evaluation.records import ex_by_difficulty
 from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions
 from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 from acesql_lib.config.paths import Paths
@@ -106,8 +108,8 @@ def test_random_model_end_to_end_writes_official_files_and_counts_tokens(bird_di
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [s for _, s, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position=1024, seed=0)
-    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="random", out_dir=tmp_path,
-                      set_name="dev", progress=False)
+    result = evaluate(model, tok, examples, schemas, cfg,
+                      EvalOptions(mode="set", stage="random", out_dir=tmp_path, set_name="dev"), progress=False)
     lines = (tmp_path / "predictions.jsonl").read_text().splitlines()
     assert len(lines) == 3
     rec = json.loads(lines[0])
@@ -213,7 +215,7 @@ def test_an_evaluation_of_the_same_model_and_settings_is_read_back_not_redone(bi
     paths = Paths(profile="test", run=tmp_path / "run", reports=tmp_path / "reports")
     calls = []
     real = ev.evaluate
-    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(k["stage"]) or real(*a, **k))
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(k["options"].stage) or real(*a, **k))
 
     first = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rl", progress=False)
     again = evaluate_set(cfg, paths, tmp_path / "model", eval_set, stage="rl_full", progress=False)
@@ -270,7 +272,7 @@ def test_tiny_base_model_dev_ex_is_in_the_base_band(tmp_path):
 def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_dir, tmp_path):
     """The authors' evaluation gives the retriever 4,096 and the SQL pass 8,192 new tokens in an 8,192-token
     engine (EVAL/single_eval_maj.py); the kit's evaluation passes each role its own budget."""
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.evaluation.evaluate import eval_engine_config
 
     paper = load_config("paper")
@@ -292,8 +294,9 @@ def test_each_role_gets_its_own_evaluation_budget_as_the_authors_scripts(bird_di
         return real(prompts, n=n, **kw)
 
     engine.generate = recording
-    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="random", out_dir=tmp_path,
-                      set_name="dev", engine=engine, progress=False)
+    result = evaluate(model, tok, examples, schemas, cfg,
+                      EvalOptions(mode="set", stage="random", out_dir=tmp_path, set_name="dev"), engine=engine,
+                      progress=False)
     assert budgets[:2] == [12, 12] and set(budgets[2:]) == {40}  # retriever pass, then the generator passes
     assert sizes == [2, 1] * 3  # each pass's 3 prompts in calls of engine.hf_greedy_batch_size (the greedy batch)
     assert all(r["retriever_tokens"] <= 12 for r in result.records)
@@ -304,7 +307,7 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
     """eval.scoring: under "authors" (the paper profile; EVAL/evaluation_maj.py) a prediction without
     SQL runs as no rows and matches a gold with none; under "kit" (tiny) it scores 0. A model SQL that
     holds the BIRD separator is written to predict_dev.json and read back unchanged (it raised)."""
-    from acesql_lib.models.engines import Completion, Engine
+    from acesql_lib.models.completions import Completion, Engine
     from acesql_lib.executor import BIRD_SEPARATOR
 
     assert load_config("paper").eval.scoring == "authors" and load_config("rehearsal").eval.scoring == "authors"
@@ -328,8 +331,8 @@ def test_bird_sets_are_scored_by_eval_scoring_and_the_separator_in_sql_cannot_cr
     for scoring in ("kit", "authors"):
         cfg = load_config("tiny", {"eval.scoring": scoring, "engine.hf_batch_size": 8, "eval.workers": 1})
         out = tmp_path / scoring
-        result = evaluate(None, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=out, set_name="dev",
-                          engine=Fixed(), progress=False)
+        result = evaluate(None, tok, examples, schemas, cfg,
+                          EvalOptions(mode="set", stage="s", out_dir=out, set_name="dev"), engine=Fixed(), progress=False)
         got[scoring] = [r["correct"] for r in result.records]
         assert result.metrics["scoring"] == scoring
         assert read_bird_predictions(out / "predict_dev.json") == {0: ("", "concerts"), 1: (tricky, "concerts")}
@@ -340,7 +343,7 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
     """Where the retriever's voted set is the gold set, the gold-schema prompt is the pruned pass's prompt, and its
     greedy answer is the one that pass decoded: only the other questions' gold-schema prompts are decoded again,
     and every record holds what decoding each prompt would give."""
-    from acesql_lib.models.engines import Completion, Engine
+    from acesql_lib.models.completions import Completion, Engine
     from acesql_lib.roles.prompts import AUTHORS_EVAL, evaluation_style
     from acesql_lib.train.rollouts import Task, generator_prompt
 
@@ -365,8 +368,9 @@ def test_the_gold_schema_pass_decodes_only_prompts_the_pruned_pass_has_not(bird_
             return [[Completion(answer(p, max_new_tokens), [1], 1, False)] * n for p in prompts]
 
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl()])
-    result = evaluate(None, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=tmp_path, set_name="dev",
-                      engine=ByPrompt(), progress=False)
+    result = evaluate(None, tok, examples, schemas, cfg,
+                      EvalOptions(mode="set", stage="s", out_dir=tmp_path, set_name="dev"), engine=ByPrompt(),
+                      progress=False)
     style = evaluation_style(cfg.model.prompt_style)
     assert style != AUTHORS_EVAL
     on_gold = {ex.question: generator_prompt(Task(ex, schemas[ex.db_id]), gold[ex.question], tok, style,
@@ -417,10 +421,10 @@ def test_a_prompt_over_the_engine_context_scores_0_is_counted_and_named_and_the_
     assert min(lengths[3]) > context, (lengths, context)  # question 3's prompts leave no room at all
     cfg = load_config("tiny", {**overrides, "eval.max_model_len": context})
 
-    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="s", out_dir=tmp_path / "out",
-                      set_name="dev", progress=False)
-    alone = evaluate(model, tok, examples[:3], schemas, base_cfg, mode="set", stage="s", out_dir=tmp_path / "alone",
-                     set_name="dev", progress=False)
+    result = evaluate(model, tok, examples, schemas, cfg,
+                      EvalOptions(mode="set", stage="s", out_dir=tmp_path / "out", set_name="dev"), progress=False)
+    alone = evaluate(model, tok, examples[:3], schemas, base_cfg,
+                     EvalOptions(mode="set", stage="s", out_dir=tmp_path / "alone", set_name="dev"), progress=False)
     assert base_cfg.eval.max_model_len > context + budget  # the reference evaluation's context holds every prompt
     for got, want in zip(result.records[:3], alone.records):
         assert {k: v for k, v in got.items() if k != "overlong"} == {k: v for k, v in want.items() if k != "overlong"}
@@ -445,7 +449,7 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     """Prompt + budget over the context: the answer stops where the context is full (what vLLM does), marked
     truncated, the first tokens of the answer a larger context gives; a prompt with no room at all is not
     generated, in the generator pass as in the retriever pass."""
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
     from acesql_lib.roles.prompts import evaluation_style
     from acesql_lib.train.rollouts import SamplingSpec, Task, generate, prompt_tokens, retrieve
 
@@ -455,7 +459,7 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     tok = _tokenizer([q for q, _, _ in QUESTIONS] + [schemas["concerts"].to_ddl(), LONG_EVIDENCE])
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64,
                              max_position=2048, seed=0)
-    engine = HFEngine(model, tok, greedy_batch_size=1)
+    engine = HFEngine(model, tok, HFOptions(greedy_batch_size=1))
     cfg = load_config("tiny")
     style = evaluation_style(cfg.model.prompt_style)
     parse = lambda c, t: c  # noqa: E731

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from acesql_lib.executor import execute, score_batch
-from acesql_lib.executor.sandbox import HELD_ROW_BYTES, MAX_ERROR_CHARS
+from acesql_lib.executor.sandbox import HELD_ROW_BYTES, MAX_ERROR_CHARS, ResultReading
 from helpers_db import sqlite_db
 from repo_paths import ROOT as REPO
 
@@ -55,7 +55,8 @@ def test_the_byte_cap_counts_rows_as_the_caller_holds_them(db):
     assert execute(db, many.replace(f"< {n}", f"< {n - 1}"), timeout_s=60, max_rows=0, max_result_bytes=cap).rows \
         == [(1,)] * (n - 1)
     scored = score_batch([(many, many.replace("SELECT 1 FROM c", "SELECT 1 FROM c WHERE 1"), db)], mode="multiset",
-                         timeout_s=60, max_rows=0, max_result_bytes=cap, workers=1, progress=False)
+                         timeout_s=60, reading=ResultReading(max_rows=0, max_result_bytes=cap), workers=1,
+                         progress=False)
     assert scored[0].correct
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import sandbox, workers
+from acesql_lib.executor import connections, pools, sandbox
 from acesql_lib.executor import execute, score_batch
 
 DEADLINE = 1.0
@@ -66,7 +66,7 @@ def alive_after(db):
 
 def test_the_cte_chain_really_compiles_for_longer_than_the_deadline(db):
     """The premise of the next tests, measured in this process: compiling alone outlasts the deadline."""
-    con = sandbox.open_readonly(db)
+    con = connections.open_readonly(db)
     start = time.monotonic()
     sandbox.result_width(db, cte_chain(18), conn=con)
     assert time.monotonic() - start > DEADLINE
@@ -109,7 +109,7 @@ def test_untrusted_sql_does_not_run_in_the_callers_process_unless_asked(db):
     pid = os.getpid()
     r = execute(db, "SELECT 1")
     assert r.rows == [(1,)]
-    assert workers._SINGLE is not None and workers._SINGLE.workers[0].proc.pid != pid
+    assert pools._SINGLE is not None and pools._SINGLE.workers[0].proc.pid != pid
     small = score_batch([("SELECT 1", "SELECT 1", db)], workers=1, progress=False)  # 1 item: still a worker
     assert small[0].correct and executor._POOL is not None
     assert execute(db, "SELECT 2", in_process=True).rows == [(2,)]
@@ -131,10 +131,11 @@ def test_huge_rows_stop_at_the_result_cap_and_the_caller_survives(db, sql):
 
 def test_result_size_is_counted_row_by_row(db):
     """A cap below one batch of rows is still met: the 2nd row of ~60 kB crosses a 100 kB cap."""
-    con = sandbox.open_readonly(db)
-    r = sandbox.execute_here(db, "SELECT zeroblob(60000) FROM t", max_result_bytes=100_000, conn=con)
+    con = connections.open_readonly(db)
+    cap = sandbox.ResultReading(max_result_bytes=100_000)
+    r = sandbox.execute_here(db, "SELECT zeroblob(60000) FROM t", reading=cap, conn=con)
     assert r.status == "too_large" and "100000 bytes" in r.error
-    ok = sandbox.execute_here(db, "SELECT zeroblob(60000) FROM t LIMIT 1", max_result_bytes=100_000, conn=con)
+    ok = sandbox.execute_here(db, "SELECT zeroblob(60000) FROM t LIMIT 1", reading=cap, conn=con)
     assert ok.status == "ok" and len(ok.rows[0][0]) == 60000
     con.close()
 
@@ -142,7 +143,7 @@ def test_result_size_is_counted_row_by_row(db):
 def test_a_worker_caps_its_own_address_space(db):
     """An allocation beyond WORKER_MEMORY_BYTES fails inside the worker (too_large), not the machine."""
     execute(db, "SELECT 1")
-    pid = workers._SINGLE.workers[0].proc.pid
+    pid = pools._SINGLE.workers[0].proc.pid
     with open(f"/proc/{pid}/limits") as f:
         line = next(line for line in f if line.startswith("Max address space"))
     soft = int(line.split()[3])
@@ -152,7 +153,7 @@ def test_a_worker_caps_its_own_address_space(db):
 
 
 def test_sorts_stay_in_memory_under_the_heap_limit(db):
-    con = sandbox.open_readonly(db)
+    con = connections.open_readonly(db)
     con.set_authorizer(None)  # read the settings the sandbox installed
     assert con.execute("PRAGMA temp_store").fetchone()[0] == 2  # MEMORY
     assert 0 < con.execute("PRAGMA hard_heap_limit").fetchone()[0] <= executor.HARD_HEAP_BYTES

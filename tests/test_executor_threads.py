@@ -1,5 +1,5 @@
 """The executor called from many threads at once: each execute() call gets a worker of its own (up
-to workers.EXECUTE_WORKERS) and keeps its own deadline, and score_batch calls on one pool or on
+to pools.EXECUTE_WORKERS) and keeps its own deadline, and score_batch calls on one pool or on
 pools of different sizes all return every verdict. Bounds are generous hang guards, not timings."""
 import threading
 import time
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from helpers_db import sqlite_db
-from acesql_lib.executor import execute, score_batch, workers
+from acesql_lib.executor import execute, pools, score_batch
 
 RUNAWAY = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c"
 HANG_GUARD_S = 120
@@ -51,15 +51,15 @@ def test_eight_threads_each_get_a_worker_and_keep_their_own_deadline(db):
     assert [r[0] for r in results] == ["timeout"] * 8, results
     # one worker for all would return the eighth after about 8 s; each has its own, so none is near that
     assert max(r[1] for r in results) < 5.0, results
-    assert len({w.proc.pid for p in workers.POOLS.free for w in p.workers if w is not None}) >= 2
+    assert len({w.proc.pid for p in pools.POOLS.free for w in p.workers if w is not None}) >= 2
 
 
 def test_calls_beyond_the_worker_count_wait_their_turn_and_all_return(db):
-    n = workers.EXECUTE_WORKERS + 3
+    n = pools.EXECUTE_WORKERS + 3
     results = _in_threads(n, lambda i: execute(db, RUNAWAY if i % 4 else f"SELECT {i}", timeout_s=0.5))
     assert [r.status for r in results] == ["ok" if i % 4 == 0 else "timeout" for i in range(n)]
     assert [r.rows for r in results[::4]] == [[(i,)] for i in range(0, n, 4)]
-    assert workers.POOLS.singles <= workers.EXECUTE_WORKERS
+    assert pools.POOLS.singles <= pools.EXECUTE_WORKERS
 
 
 def _batch(db, i, n_workers):

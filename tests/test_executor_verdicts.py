@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from acesql_lib import executor
-from acesql_lib.executor import compare, sandbox, score_batch, tasks
-from acesql_lib.executor.sandbox import execute_here, open_readonly
+from acesql_lib.executor import authorizer, compare, connections, score_batch, tasks
+from acesql_lib.executor.connections import open_readonly
+from acesql_lib.executor.sandbox import ResultReading, execute_here
 from acesql_lib.executor.tasks import _run_task, _Task
 from repo_paths import ROOT as REPO
 
@@ -41,7 +42,8 @@ def db(tmp_path_factory):
 
 
 def task(db, gold, preds, **kw) -> _Task:
-    args = dict(mode="multiset", permute_columns=False, order_matters=False, timeout_s=5.0, max_rows=0)
+    args = dict(mode="multiset", permute_columns=False, order_matters=False, timeout_s=5.0,
+                reading=ResultReading(max_rows=0))
     args.update(kw)
     return _Task(db, gold, list(enumerate(preds)), **args)
 
@@ -54,7 +56,7 @@ class TestPredictionLearnsTheGold:
         it, so the gold must not be prepared on the connection predictions run on."""
         tasks._GOLD_CACHE.clear()  # the gold really runs here
         list(_run_task(task(db, GOLD, ["SELECT count(*) FROM t", "SELECT a FROM t WHERE n = 3"])))
-        conn = sandbox.cached_connection(db)  # the connection a prediction gets
+        conn = connections.cached_connection(db)  # the connection a prediction gets
         with conn.guard.lock:
             conn.set_authorizer(None)  # a trusted look at what the connection holds
             try:
@@ -91,7 +93,7 @@ class TestPredictionLearnsTheGold:
         guard = open_readonly(db).guard
         assert guard.authorize(sqlite3.SQLITE_READ, name, "c", "main", None) == sqlite3.SQLITE_DENY
         assert guard.authorize(sqlite3.SQLITE_READ, "t", "a", "main", None) == sqlite3.SQLITE_OK
-        other_build = sandbox._Guard(frozenset({"t"}), frozenset({name}))
+        other_build = authorizer._Guard(frozenset({"t"}), frozenset({name}))
         assert other_build.authorize(sqlite3.SQLITE_READ, name, "", None, None) == sqlite3.SQLITE_DENY
         assert other_build.authorize(sqlite3.SQLITE_READ, "t", "", None, None) == sqlite3.SQLITE_OK
 
@@ -197,22 +199,23 @@ class TestNoCallHangs:
     @pytest.mark.parametrize("as_module", [False, True])
     @pytest.mark.parametrize("body", BODIES)
     def test_workers_never_run_the_callers_main_module(self, db, tmp_path, body, as_module):
-        """A script or a `python -m` module (`python -m acesql_lib.train.grpo_run`: torch and transformers) runs in its own
-        process only; the executor's workers start without it (before: once more in each worker)."""
+        """A script or a `python -m` module (`python -m acesql_lib.train.grpo_run`: torch and transformers) runs in
+        its own process only; the executor's workers start without it (before: once more in each worker)."""
         proc, _, runs = run_script(tmp_path, body.format(db=db), guard=True, as_module=as_module)
         assert proc.returncode == 0 and "RESULT" in proc.stdout, proc.stderr[-2000:]
         assert runs == 1, f"the caller's top level ran in {runs} processes"
 
     def test_workers_that_die_at_start_stop_the_call_naming_it(self, db, monkeypatch):
-        from acesql_lib.executor import workers
+        from acesql_lib.executor import pools, workers
 
         monkeypatch.setattr(workers, "_worker_main", _die_at_start)
-        pool = workers._Pool(1)
+        pool = pools._Pool(1)
         try:
             start = time.monotonic()
-            with pytest.raises(workers.WorkerStartupError, match="died at start-up"):
+            with pytest.raises(pools.WorkerStartupError, match="died at start-up"):
                 pool.run([_Task(str(db), "SELECT 1", [(0, "SELECT 1")], "multiset", permute_columns=True,
-                                order_matters=False, timeout_s=5.0, max_rows=10)], lambda *a: None, lambda *a: None)
+                                order_matters=False, timeout_s=5.0, reading=ResultReading(max_rows=10))],
+                         lambda *a: None, lambda *a: None)
             assert time.monotonic() - start < 30
         finally:
             pool.shutdown()
@@ -271,7 +274,7 @@ class TestOneDeadlineForTheVerdict:
         deadline = 1.0
         start = time.monotonic()
         scores = score_batch([(pred, gold, db)], mode="spider", permute_columns=True, workers=1, progress=False,
-                             timeout_s=deadline, max_rows=0)
+                             timeout_s=deadline, reading=ResultReading(max_rows=0))
         wall = time.monotonic() - start
         assert scores.gold_failures == 0
         assert scores[0].pred_status == "timeout" and not scores[0].correct, scores[0]
@@ -289,7 +292,7 @@ class TestOneDeadlineForTheVerdict:
     def test_explosive_permutation_searches_are_pruned_before_any_order_is_tried(self, db, gold, pred):
         start = time.monotonic()
         scores = score_batch([(pred, gold, db), (gold, gold, db)], mode="spider", permute_columns=True,
-                             workers=1, progress=False, timeout_s=2.0, max_rows=0)
+                             workers=1, progress=False, timeout_s=2.0, reading=ResultReading(max_rows=0))
         assert [(s.pred_status, s.correct) for s in scores] == [("ok", False), ("ok", True)], list(scores)
         assert time.monotonic() - start < 4.0
 

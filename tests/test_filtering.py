@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config.settings import FilteringConfig
+from acesql_lib.config.data import FilteringConfig
 from acesql_lib.data.datasets import Example
 from acesql_lib.data.filtering import (_complexity_quotas, distributions, filter_pool, load_pool, normalize_question,
                                   normalize_sql, save_pool)

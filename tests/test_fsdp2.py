@@ -5,6 +5,7 @@
   restoring both into a fresh sharded model continues exactly as the run that never stopped."""
 from __future__ import annotations
 
+import collections
 import os
 
 import torch
@@ -42,7 +43,7 @@ def _rank(rank: int, world: int, folder: str) -> None:
         from torch.distributed.fsdp import fully_shard
         from torch.distributed.tensor import DTensor
 
-        from acesql_lib.models.engines import policy_weights
+        from acesql_lib.models.vllm_engine import policy_weights
 
         mesh = init_device_mesh("cpu", (world,))
         model = _qwen3()
@@ -98,7 +99,7 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from acesql_lib.train import checkpoint as ckpt
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     acc = Accelerator(cpu=True)  # the process group over gloo, as a launched GRPO rank has it
@@ -117,7 +118,8 @@ def _checkpoint_rank(rank: int, world: int, folder: str, port: int) -> None:
         resumed = _shard(_qwen3(), mesh)  # a fresh launch
         opt2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
         sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, lambda i: 1.0 / (i + 1))
-        state, pool2 = ckpt.load_latest(Path(folder) / "run", ckpt.TrainingObjects(acc, resumed, opt2, sched2), gamma=0.5)
+        resumed_objects = ckpt.TrainingObjects(acc, resumed, opt2, sched2)
+        state, pool2 = ckpt.load_latest(Path(folder) / "run", resumed_objects, gamma=0.5)
         _step(resumed, opt2, shift=5)  # step 2 after the resume
         a = {k: v.full_tensor() for k, v in straight.state_dict().items()}
         b = {k: v.full_tensor() for k, v in resumed.state_dict().items()}
@@ -158,7 +160,7 @@ def test_a_sharded_checkpoint_is_written_by_every_rank_and_resumes_exactly(tmp_p
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0)
     acc = Accelerator(cpu=True)
     ckpt.load_latest(tmp_path / "run", ckpt.TrainingObjects(acc, model, opt, sched), gamma=0.5)
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.roles.pool import ColumnSetPool
 
     # and the other way: one process's checkpoint (model/, optimizer.pt) resumes under FSDP2
@@ -289,12 +291,13 @@ def _generate_rank(rank: int, world: int, folder: str) -> None:
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
-        from acesql_lib.models.engines import HFEngine
+        from acesql_lib.models.hf_engine import HFEngine, HFOptions
         from acesql_lib.models.sharding import is_sharded, unsharded
 
         model, tokenizer = _tiny_lm(folder)
         model = _shard(model, init_device_mesh("cpu", (world,)))
-        engine = HFEngine(model, tokenizer, batch_size=1, greedy_batch_size=1)  # one generate call per prompt
+        # one generate call per prompt
+        engine = HFEngine(model, tokenizer, HFOptions(batch_size=1, greedy_batch_size=1))
         mine = PROMPTS[:1] if rank == 0 else PROMPTS  # rank 0 decodes once, rank 1 three times and longer
         with unsharded(model):
             whole = not is_sharded(model)
@@ -316,7 +319,7 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
     unsharded model's. A model still sharded decodes in `generate`, whose ranks keep in lockstep."""
     import time
 
-    from acesql_lib.models.engines import HFEngine
+    from acesql_lib.models.hf_engine import HFEngine, HFOptions
     from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 
     tokenizer = train_tiny_tokenizer(PROMPTS * 4, vocab_size=300)
@@ -330,7 +333,7 @@ def test_ranks_generate_different_work_on_the_gathered_policy_without_waiting_on
                 p.kill()
             raise AssertionError("the ranks did not finish generating: one waits on the other's decoding")
     model, tokenizer = _tiny_lm(str(tmp_path))
-    engine = HFEngine(model, tokenizer, batch_size=1)
+    engine = HFEngine(model, tokenizer, HFOptions(batch_size=1))
     for rank in range(2):
         got = torch.load(tmp_path / f"gen{rank}.pt")
         assert got["whole"] and got["sharded_after"]
@@ -398,7 +401,7 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
     rows FSDP2 pads a tensor with to split it evenly."""
     import tempfile
 
-    from acesql_lib.train.memory import grpo_step_bytes
+    from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes
     from launching import free_port
 
     whole = _qwen3()
@@ -407,7 +410,7 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
              "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
              "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "tie_word_embeddings": False}
     P = sum(p.numel() for p in whole.parameters())
-    terms = grpo_step_bytes(shape, 1, 1, 1, processes=2, fsdp=True, reference=False, runtime=False)
+    terms = grpo_step_bytes(shape, 1, 1, 1, UpdateLayout(processes=2, fsdp=True, reference=False, runtime=False))
     assert terms["end_of_backward"] == pytest.approx(20 * P / 2)
     with tempfile.TemporaryDirectory() as folder:
         mp.start_processes(_state_rank, args=(2, folder, free_port()), nprocs=2, start_method="spawn")
@@ -417,3 +420,225 @@ def test_the_training_state_term_is_what_each_rank_of_accelerates_fsdp2_holds():
         assert 4 * P / 2 <= held["weights"] <= 4 * P / 2 + 4 * 2 * cfg.hidden_size * 16  # its shard, a few rows padded
         total = held["weights"] + held["grads"] + held["saved"] + held["adam"]
         assert total == pytest.approx(terms["end_of_backward"], rel=0.02)
+
+
+
+
+# Two scaled-down Qwen3s (4 layers), each putting the largest moment of FSDP2's gathered units where the other does
+# not: "head", a vocabulary whose LM head outweighs a decoder layer (as Qwen3-8B's 151,936 x 4,096 head outweighs its
+# layers: the most is held while the head's gradient is reduced), and "layers", decoder layers outweighing the head
+# (two layers gathered while the one before keeps its fp32 gradient copy). One micro-batch of 2 sequences of 8 prompt
+# and 64 completion tokens: 128 positions of logits, in chunks of 32 (`grpo.logprob_chunk_tokens`) or whole.
+_MEMORY_SHAPES = {"head": dict(vocab_size=4096, hidden_size=64, intermediate_size=192, head_dim=16),
+                  "layers": dict(vocab_size=512, hidden_size=128, intermediate_size=384, head_dim=32)}
+_MEMORY_BATCH = (2, 8, 64, 32)  # sequences, prompt tokens, completion tokens, logprob_chunk_tokens
+
+
+def _memory_qwen3(name: str):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    return Qwen3ForCausalLM(Qwen3Config(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                                        max_position_embeddings=128, tie_word_embeddings=False,
+                                        **_MEMORY_SHAPES[name]))
+
+
+def _held_in_backward(prof) -> dict:
+    """What a profiled forward and backward pass of the policy held, from the profiler's record of every allocation
+    and free of the CPU allocator (exact bytes, each with the scopes it happened in), sorted by what the memory
+    formula counts it in:
+    - units: FSDP2's all-gathers (`gathered`: the flat buffer and the unsharded parameters, per unit), the
+      gradients autograd writes into the gathered parameters (`unsharded_grad`: freed by FSDP2's reduce) and the
+      fp32 copies they are reduce-scattered from (`reduce`: FSDP2 keeps the last one until the next unit's reduce);
+    - layers: the forward's allocations inside the embedding and the decoder layers still alive in the backward
+      pass (under activation checkpointing, each layer's input);
+    - logits: the forward's from the LM head on, and the backward's before the head unit's (the backward pass's
+      first FSDP2 work);
+    - not counted in these terms: `staging`, what gloo's collectives and the CPU kernel of FSDP2's gradient copy-in
+      allocate inside themselves (NCCL's and CUDA's write in place; `NCCL_BUFFERS` holds the communicator's own);
+      `sharded_grad`, the reduce-scatters' outputs (this rank's gradient shard: the state term); `other`.
+    Returns each term's largest in the backward pass, the units gathered when it starts, the most decoder layers
+    gathered at once, and the backward pass's peak with what it held."""
+    events = []
+
+    def walk(event, scopes):
+        if type(event.extra_fields).__name__ == "_ExtraFields_Allocation":
+            events.append((event.start_time_ns, event.extra_fields.ptr, event.extra_fields.alloc_size, scopes))
+        for child in event.children:
+            walk(child, scopes + (event.name,))
+
+    for root in prof.profiler.kineto_results.experimental_event_tree():
+        walk(root, ())
+    events.sort(key=lambda e: e[0])
+    live: dict[int, dict] = {}
+    blocks = []
+    for t, ptr, size, scopes in events:  # an address is reused once freed: pair them in time order
+        if size > 0:
+            live[ptr] = {"t": t, "size": size, "scopes": scopes, "freed_t": None, "freed": ()}
+            blocks.append(live[ptr])
+        elif ptr in live:
+            live[ptr]["freed_t"], live[ptr]["freed"] = t, scopes
+            del live[ptr]
+    start = min(b["t"] for b in blocks if "policy backward" in b["scopes"])
+    head_end = max(b["t"] for b in blocks if "logits" in b["scopes"] and "policy forward" in b["scopes"])
+    unit_work = min(b["t"] for b in blocks if b["t"] > start and any(s.startswith("FSDP::") for s in b["scopes"]))
+    for b in blocks:
+        scopes, freed = " | ".join(b["scopes"]), " | ".join(b["freed"])
+        b["unit"] = None
+        if "c10d::" in scopes or "fsdp::chunk_cat" in scopes:
+            b["kind"] = "staging"
+        elif "FSDP::all_gather" in scopes:
+            b["kind"] = "gathered"
+            scope = next(s for s in reversed(b["scopes"]) if s.startswith("FSDP::all_gather"))
+            b["unit"] = scope[scope.index("(") + 1:-1]  # "FSDP::all_gather (model.layers.3)", "..._copy_out (...)"
+        elif "FSDP::post_backward_reduce" in scopes:
+            b["kind"] = "reduce" if b["freed_t"] is not None else "sharded_grad"
+        elif "FSDP::post_backward_reduce" in freed:
+            b["kind"] = "unsharded_grad"
+        elif "policy forward" in scopes:
+            b["kind"] = ("layers" if "layer activations" in scopes else
+                         "logits" if "logits" in scopes or b["t"] > head_end else "other")
+        else:
+            b["kind"] = "logits" if b["t"] < unit_work else "other"
+    changes = sorted([(b["t"], b["size"], b) for b in blocks]
+                     + [(b["freed_t"], -b["size"], b) for b in blocks if b["freed_t"] is not None],
+                     key=lambda c: (c[0], c[1]))  # a free before an allocation at the same instant
+    held: collections.Counter = collections.Counter()
+    gathered: collections.Counter = collections.Counter()
+    most: collections.Counter = collections.Counter()
+    out: dict = {"gathered_at_start": None, "layers_gathered_at_once": 0, "peak": 0}
+    for t, size, b in changes:
+        if out["gathered_at_start"] is None and t >= start:
+            out["gathered_at_start"] = {u: v for u, v in gathered.items() if v}
+        held[b["kind"]] += size
+        if b["unit"]:
+            gathered[b["unit"]] += size
+        if t < start:
+            continue
+        for kind, now in held.items():
+            most[kind] = max(most[kind], now)
+        units = held["gathered"] + held["unsharded_grad"] + held["reduce"]
+        if units > most["units"]:
+            most["units"] = units
+            out["units_at_most"] = {**{k: held[k] for k in ("unsharded_grad", "reduce") if held[k]},
+                                    **{u: v for u, v in gathered.items() if v}}
+        layers = sum(1 for u, v in gathered.items() if v and ".layers." in f".{u}")
+        out["layers_gathered_at_once"] = max(out["layers_gathered_at_once"], layers)
+        if sum(held.values()) > out["peak"]:
+            out["peak"], out["at_peak"] = sum(held.values()), {k: v for k, v in held.items() if v}
+    return {**out, **{k: most[k] for k in ("logits", "layers", "units")}}
+
+
+def _memory_rank(rank: int, world: int, folder: str, port: int) -> None:
+    rank_started()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world), ACCELERATE_USE_FSDP="true", FSDP_VERSION="2",
+                      FSDP_AUTO_WRAP_POLICY="TRANSFORMER_BASED_WRAP", FSDP_TRANSFORMER_CLS_TO_WRAP="Qwen3DecoderLayer")
+    torch.set_num_threads(1)  # two ranks on two cores
+    from accelerate import Accelerator
+
+    acc = Accelerator(cpu=True, mixed_precision="bf16")  # the GPU launch's precision (configs/accelerate/fsdp.yaml)
+    try:
+        from torch.profiler import ProfilerActivity, profile, record_function
+
+        from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
+        from acesql_lib.models.sharding import fsdp2_on_cpu, reduce_gradients_in_fp32
+
+        assert fsdp2_on_cpu(acc) and reduce_gradients_in_fp32(acc)  # as JointGRPO sets its policy up
+        b, p, c, chunk = _MEMORY_BATCH
+        held = {}
+        for name in _MEMORY_SHAPES:
+            model = _memory_qwen3(name)
+            # activation checkpointing as build_trainer turns it on
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model, opt = acc.prepare(model, torch.optim.AdamW(model.parameters(), lr=1e-2))
+            model.train()
+            ids = torch.randint(1, model.config.vocab_size, (b, p + c), generator=torch.Generator().manual_seed(1))
+            x, attn, pos, cmask, c_len = pad_batch([r[:p] for r in ids.tolist()], [r[p:] for r in ids.tolist()], 0,
+                                                    torch.device("cpu"))
+
+            def update(chunk_tokens: int) -> None:  # the policy's part of JointGRPO._backward, on one micro-batch
+                with record_function("policy forward"):
+                    logp = completion_logprobs(model, x, attn, pos, c_len, chunk_tokens)
+                    loss = (logp * cmask).sum() / cmask.sum()
+                with record_function("policy backward"):
+                    acc.backward(loss)
+
+            update(chunk)  # FSDP2's lazy initialisation
+            opt.zero_grad(set_to_none=True)
+            ranges = []
+
+            def tagged(tag: str):
+                def enter(module, args):
+                    ranges.append(record_function(tag))
+                    ranges[-1].__enter__()
+
+                def leave(module, args, output):
+                    ranges.pop().__exit__(None, None, None)
+                return enter, leave
+
+            for module, tag in [(model.model.embed_tokens, "layer activations"), (model.lm_head, "logits"),
+                                *[(layer, "layer activations") for layer in model.model.layers]]:
+                enter, leave = tagged(tag)
+                module.register_forward_pre_hook(enter)
+                module.register_forward_hook(leave)
+            for chunk_tokens in ((chunk, 0) if name == "head" else (chunk,)):
+                with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                    update(chunk_tokens)
+                held[(name, chunk_tokens)] = _held_in_backward(prof)
+                opt.zero_grad(set_to_none=True)
+        torch.save(held, f"{folder}/held{rank}.pt")
+    finally:
+        _teardown(acc)
+    rank_finished()
+
+
+def test_the_logits_layers_and_units_terms_are_what_each_rank_of_accelerates_fsdp2_holds_in_its_backward():
+    """The memory formula's logits, layers and units terms (`grpo_step_bytes`, bf16 compute over fp32 masters,
+    activation checkpointing) against the most each of 2 ranks holds of each in the backward pass of accelerate's
+    own FSDP2 (bf16 parameters, fp32 gradient reduction, the trainer's `completion_logprobs`), counted from the
+    profiler's exact record of the CPU allocator (`_held_in_backward`), within 5%:
+    - accelerate's head unit (final norm and LM head) is gathered alone from its forward into the backward pass, its
+      bf16 weights (w·(V·h + h)), and never more than two decoder layers are gathered at once;
+    - units: the most the gathered units hold at once: with the larger head while its gradient is reduced (its bf16
+      gradient and fp32 copy, the last layer prefetched), with the larger layers in a layer's backward (its weights
+      and gradient, the next one prefetched, the previous one's fp32 gradient copy);
+    - layers: each decoder layer's bf16 input (FSDP2 casts the residual stream to the compute dtype);
+    - logits: bf16 under FSDP2 (accelerate's FSDP2 path neither autocasts nor hands the logits back in fp32):
+      chunked, the logits, every other chunk's gradient and one chunk's fp32 work; whole, their fp32 copy and the
+      log-softmax's three buffers."""
+    import tempfile
+
+    from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes
+    from launching import free_port
+
+    b, p, c, chunk = _MEMORY_BATCH
+    with tempfile.TemporaryDirectory() as folder:
+        mp.start_processes(_memory_rank, args=(2, folder, free_port()), nprocs=2, start_method="spawn")
+        got = [torch.load(f"{folder}/held{rank}.pt") for rank in range(2)]
+    for name in _MEMORY_SHAPES:
+        cfg = _memory_qwen3(name).config
+        V, h = cfg.vocab_size, cfg.hidden_size
+        shape = {"vocab_size": V, "hidden_size": h, "num_hidden_layers": cfg.num_hidden_layers,
+                 "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+                 "head_dim": cfg.head_dim, "intermediate_size": cfg.intermediate_size, "tie_word_embeddings": False}
+
+        def terms(chunk_tokens: int) -> dict:
+            return grpo_step_bytes(shape, b, p, c, UpdateLayout(logprob_chunk_tokens=chunk_tokens, processes=2, fsdp=True,
+                                                                reference=False, runtime=False))
+
+        for rank, held in enumerate(got):
+            m = held[(name, chunk)]
+            print(f"{name} rank {rank}: " + ", ".join(f"{k} {m[k]:,} (formula {terms(chunk)[k]:,.0f})"
+                                                      for k in ("units", "layers", "logits"))
+                  + f"; units at their most {m['units_at_most']}; peak {m['peak']:,} {m['at_peak']}")
+            (unit, weights), = m["gathered_at_start"].items()
+            assert "lm_head" in unit and "norm" in unit and weights == 2 * (V * h + h)
+            assert m["layers_gathered_at_once"] == 2
+            assert m["units"] == pytest.approx(terms(chunk)["units"], rel=0.05)
+            assert m["layers"] == pytest.approx(terms(chunk)["layers"], rel=0.05)
+            if name == "head":
+                assert m["logits"] == pytest.approx(terms(chunk)["logits"], rel=0.05)
+                whole = held[(name, 0)]
+                print(f"{name} rank {rank}, whole logits: {whole['logits']:,} (formula {terms(0)['logits']:,.0f})")
+                assert whole["logits"] == pytest.approx(terms(0)["logits"], rel=0.05)

@@ -80,7 +80,7 @@ def test_sft_on_one_gpu_trains_fp32_masters_under_bf16_autocast(rl_template, tmp
     the GPU after training, bf16 matmuls, and a 1e-6 step moves nearly every weight."""
     from accelerate.state import AcceleratorState
 
-    from acesql_lib.config.settings import SFTConfig
+    from acesql_lib.config.train import SFTConfig
     from acesql_lib.data.datasets import load_synsql, schemas_for
     from acesql_lib.models.loading import load_policy
     from acesql_lib.pipeline.tinybase import gold_samples

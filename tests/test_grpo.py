@@ -285,7 +285,7 @@ def test_rl_questions_chosen_by_the_sft_models_own_rollouts(rl_template, tmp_pat
     questions' pool comes from these rollouts, a rerun reads the products back, and GRPO trains on them."""
     import acesql_lib.models.engines as engines
     from acesql_lib.data.datasets import load_synsql
-    from acesql_lib.config.settings import DataConfig
+    from acesql_lib.config.data import DataConfig
     from acesql_lib.data.task import build_tasks
     from acesql_lib.train.distill import _pool_set, select_by_model
     from acesql_lib.data.filtering import save_pool
@@ -497,8 +497,8 @@ def test_the_authors_loss_is_a_token_mean_per_balanced_micro_batch_weighted_by_i
     """grpo.loss_agg micro_token_mean: the gradient of one role equals that of sum over micro-batches of
     (sequences in it / sequences) x (its token mean), the micro-batches being verl's length-balanced split
     of ceil(tokens / micro_batch_tokens); it differs from the global token mean's gradient."""
-    from acesql_lib.train.policy_loss import (completion_logprobs, forward_passes, micro_batches, pad_batch, ppo_token_loss,
-                                              role_batch)
+    from acesql_lib.train.policy_loss import (completion_logprobs, forward_passes, micro_batches, pad_batch,
+                                              ppo_token_loss, role_batch)
     from acesql_lib.train.microbatches import balanced_partitions, micro_batch_count
 
     run = fresh_run(rl_template, tmp_path, "agg")

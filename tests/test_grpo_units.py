@@ -165,9 +165,10 @@ def test_trainer_retriever_reward_dispatch(kind, expected):
     # the kit's dense reward against the gold set when there is no target
     from types import SimpleNamespace
 
-    from acesql_lib.config.settings import GRPOConfig
+    from acesql_lib.config.train import GRPOConfig
     from acesql_lib.train.grpo import JointGRPO
-    from acesql_lib.roles.prompts import parse_retriever, retriever_target
+    from acesql_lib.roles.answers import parse_retriever
+    from acesql_lib.roles.prompts import retriever_target
     from acesql_lib.roles.rewards import LengthPenalty
     from acesql_lib.data.schema import Column, Schema, Table
 

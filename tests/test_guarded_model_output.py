@@ -3,11 +3,11 @@ never an exception: deep nesting that sqlglot recurses into past Python's stack,
 nested past it, run through a GRPO step's rollout, pool and rewards and through an evaluation."""
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.models.completions import Completion, Engine
 from acesql_lib.roles.parsers import parse_retriever_eval
-from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
 from acesql_lib.models.loading import train_tiny_tokenizer
 from acesql_lib.roles.pool import pool_additions
 from acesql_lib.roles.rewards import LengthPenalty, generator_reward
@@ -110,8 +110,9 @@ def test_deep_sql_and_deep_json_go_through_an_evaluation(world, bird_dir, tmp_pa
 
     for scoring in ("kit", "authors"):
         cfg = load_config("tiny", {"eval.scoring": scoring, "eval.workers": 1})
-        result = evaluate(None, _tokenizer(examples, schemas), examples, schemas, cfg, mode="set", stage="s",
-                          out_dir=tmp_path / scoring, set_name="dev", engine=engine, progress=False)
+        result = evaluate(None, _tokenizer(examples, schemas), examples, schemas, cfg,
+                          EvalOptions(mode="set", stage="s", out_dir=tmp_path / scoring, set_name="dev"), engine=engine,
+                          progress=False)
         first = result.records[0]
         assert first["pred_sql"] == DEEP["parentheses_50"] and first["correct"] and first["pred_columns"] is None
         assert first["alt_route"] is None

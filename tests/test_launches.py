@@ -1,6 +1,6 @@
 """The README's two `accelerate launch` commands, 2 CPU processes over gloo, on the rehearsal profile:
-mixed SFT (`-m acesql_lib.train.sft`) and joint GRPO (`-m acesql_lib.train.grpo_run`), each from the paper's own launch file
-(`sft.accelerate_config`, `grpo.accelerate_config`) with only its CPU keys replaced; GRPO is killed after
+mixed SFT (`-m acesql_lib.train.sft`) and joint GRPO (`-m acesql_lib.train.grpo_run`), each from the paper's own launch
+file (`sft.accelerate_config`, `grpo.accelerate_config`) with only its CPU keys replaced; GRPO is killed after
 a checkpoint and resumed by the same command. The policy is the small RL fixture policy, so a step
 takes seconds; the launch, the process group, the sharding and the checkpoints are the real ones."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql, schemas_for
 from rl_setup import rl_overrides
 from acesql_lib.pipeline.tinybase import gold_samples
@@ -71,7 +71,8 @@ def grpo_launch(run: Path, work: Path, accelerate_config: str) -> tuple[list[str
 
     shutil.copytree(run, work)
     sets = [f"{k}={v}" for k, v in rl_overrides(work, **LAUNCH_STEPS).items()]
-    return launch(accelerate_config, "acesql_lib.train.grpo_run", "--config", "rehearsal", "--set", *sets), work / "grpo" / "full"
+    command = launch(accelerate_config, "acesql_lib.train.grpo_run", "--config", "rehearsal", "--set", *sets)
+    return command, work / "grpo" / "full"
 
 
 def killed_and_resumed(cmd: list[str], out: Path) -> subprocess.CompletedProcess:

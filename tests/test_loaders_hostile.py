@@ -171,7 +171,8 @@ def test_a_duplicate_prediction_key_is_an_error_naming_the_file(tmp_path):
 def test_sql_holding_the_bird_separator_is_written_and_read_back_unchanged(tmp_path):
     import sqlite3
 
-    from acesql_lib.executor import BIRD_SEPARATOR, read_bird_predictions, score_bird, write_bird_predictions
+    from acesql_lib.executor import (BIRD_SEPARATOR, BirdFiles, read_bird_predictions, score_bird,
+                                     write_bird_predictions)
 
     sqls = [f"SELECT x FROM t -- a comment{BIRD_SEPARATOR}db", f"SELECT '{BIRD_SEPARATOR}' || x FROM t", "SELECT x FROM t"]
     path = tmp_path / "predict_dev.json"
@@ -188,14 +189,14 @@ def test_sql_holding_the_bird_separator_is_written_and_read_back_unchanged(tmp_p
             for i, g in enumerate(["SELECT x FROM t", f"SELECT '{BIRD_SEPARATOR}v'", "SELECT 'w'"])]
     _write(tmp_path / "dev.json", gold)
     for mode in ("kit", "authors", "bird_minidev"):
-        report = score_bird(path, tmp_path / "dev.json", root, progress=False, scoring=mode)
+        report = score_bird(BirdFiles(path, tmp_path / "dev.json", root), progress=False, scoring=mode)
         assert [s.correct for s in report.scores] == [True, True, False], mode
     with pytest.raises(ValueError, match=r"prediction 0: db_id 'a/b'"):
         write_bird_predictions(path, ["SELECT 1"], ["a/b"])
 
 
 def test_a_prediction_or_gold_naming_a_path_never_opens_it(tmp_path):
-    from acesql_lib.executor import BIRD_SEPARATOR, load_bird_gold, score_bird
+    from acesql_lib.executor import BIRD_SEPARATOR, BirdFiles, load_bird_gold, score_bird
 
     outside = _outside_db(tmp_path)
     root = tmp_path / "dev_databases"
@@ -204,7 +205,7 @@ def test_a_prediction_or_gold_naming_a_path_never_opens_it(tmp_path):
     gold = _write(tmp_path / "dev.json", [{"question_id": 0, "db_id": "shop", "SQL": "SELECT x FROM secret"}])
     pred = tmp_path / "predict_dev.json"
     pred.write_text(json.dumps({"0": f"SELECT x FROM secret{BIRD_SEPARATOR}{outside.parent}"}))
-    report = score_bird(pred, gold, root, progress=False)
+    report = score_bird(BirdFiles(pred, gold, root), progress=False)
     assert report.malformed == 1 and not report.scores[0].correct  # the official script would open it and score 1
     bad_gold = _write(tmp_path / "bad.json", [{"question_id": 0, "db_id": "../elsewhere", "SQL": "SELECT 1"}])
     with pytest.raises(DatasetError, match=r"bad\.json: record 0: db_id '\.\./elsewhere' contains a path separator"):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from acesql_lib.train.policy_loss import completion_logprobs, pad_batch
-from acesql_lib.train.memory import grpo_step_bytes, logits_bytes
+from acesql_lib.train.memory import UpdateLayout, grpo_step_bytes, logits_bytes
 from repo_paths import ROOT as REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -53,8 +53,8 @@ def test_the_formula_holds_for_the_h200_measurements():
     assert len(records) == 24 and {r["device"] for r in records} == {"cuda"}
     for r in records:
         shape = shape_of(argparse.Namespace(vocab=r["vocab"], hidden=r["hidden"], layers=r["layers"]))
-        est = grpo_step_bytes(shape, r["micro_batch"], r["prompt"], r["completion"], r["checkpointing"],
-                              r["logprob_chunk_tokens"], runtime=False)  # the allocator's peak: tensors only
+        est = grpo_step_bytes(shape, r["micro_batch"], r["prompt"], r["completion"],  # the allocator's peak: tensors only
+                              UpdateLayout(r["checkpointing"], r["logprob_chunk_tokens"], runtime=False))
         assert 0.95 <= est["total"] / r["measured_bytes"] <= 1.05, r
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from acesql_lib.config.settings import ModelConfig, TinyBaseConfig
+from acesql_lib.config.model import ModelConfig, TinyBaseConfig
 from acesql_lib.models.loading import (IM_END, QWEN3_CHAT_TEMPLATE, SPECIAL_TOKENS, THINK_TOKENS, LoraSpec, apply_lora,
                                build_tiny_from_config, build_tiny_model, load_policy, load_reference, save_tiny,
                                train_tiny_tokenizer)

@@ -3,7 +3,7 @@
 import nbformat
 import pytest
 
-from acesql_lib.pipeline.runner import NotebookFailed, pipeline_notebooks, run_pipeline
+from acesql_lib.pipeline.runner import NotebookFailed, PipelineOptions, pipeline_notebooks, run_pipeline
 
 pytestmark = pytest.mark.notebook
 
@@ -27,7 +27,7 @@ def test_runner_stops_at_a_failing_notebook_and_names_the_cell(tmp_path):
         run_pipeline("tiny", only=["00"], overrides={"run_dir": str(tmp_path / "run"),
                                                      "reports_dir": str(tmp_path / "reports"),
                                                      "data.world": "synsql",
-                                                     "data.synsql_dir": str(tmp_path / "nowhere")}, progress=False,
-                     calibrate=False)
+                                                     "data.synsql_dir": str(tmp_path / "nowhere")},
+                     options=PipelineOptions(progress=False, calibrate=False))
     assert "00_data.ipynb" in str(e.value) and "FileNotFoundError" in str(e.value)
     assert (tmp_path / "reports" / "executed" / "00_data.ipynb").exists()  # kept, with the traceback

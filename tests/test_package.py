@@ -38,7 +38,7 @@ def test_training_and_evaluation_start_without_the_table_libraries():
 def test_the_preflight_counts_a_runs_steps_without_loading_the_trainer():
     """Notebook 00's preflight table (and `python -m acesql_lib.pipeline.preflight`) reads the GRPO schedule from
     acesql_lib.train.schedule: importing the trainer for it loaded transformers' model classes, 4.8 s of the notebook."""
-    code = ("import sys; from acesql_lib.config.settings import load_config; from acesql_lib.pipeline.preflight import preflight_table; "
+    code = ("import sys; from acesql_lib.config.profiles import load_config; from acesql_lib.pipeline.preflight import preflight_table; "
             "rows = preflight_table(load_config('paper'))[1]; "
             "print(sorted(m for m in ('transformers', 'acesql_lib.train.grpo', 'trl') if m in sys.modules), "
             "any(r.item == 'joint GRPO' and ' steps of ' in r.detail for r in rows))")

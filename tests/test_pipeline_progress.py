@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from acesql_lib.pipeline.runner import NotebookFailed, ProgressRelay, progress_line, run_pipeline, time_table
+from acesql_lib.pipeline.runner import (NotebookFailed, PipelineOptions, ProgressRelay, progress_line, run_pipeline,
+                                        time_table)
 from pipeline_checks import stub_notebook
 
 WORK = """\
@@ -27,8 +28,8 @@ def test_progress_is_streamed_and_the_time_table_written(tmp_path):
     stub_notebook(books / "00_stub.ipynb", WORK)
     stub_notebook(books / "01_second.ipynb", "print('[second] done')")
     lines: list[str] = []
-    runs = run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True,
-                        progress_every_s=0, emit=lines.append)
+    runs = run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                        progress=True, progress_every_s=0, emit=lines.append))
     assert [r.name for r in runs] == ["00_stub", "01_second"] and all(r.status == "ok" for r in runs)
     assert "00_stub: [stub] warming up" in lines
     assert not any("plain print" in line for line in lines)  # only bars and [stage] messages by default
@@ -56,8 +57,8 @@ def test_a_failing_notebook_still_leaves_its_time(tmp_path):
     books.mkdir()
     stub_notebook(books / "00_fails.ipynb", "raise RuntimeError('stub failure')")
     with pytest.raises(NotebookFailed, match="00_fails.ipynb failed at cell .*stub failure"):
-        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=True, emit=lambda s: None,
-                     calibrate=False)
+        run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                     progress=True, emit=lambda s: None, calibrate=False))
     table = json.loads((tmp_path / "reports" / "pipeline_times.json").read_text())
     assert [(n["name"], n["status"]) for n in table["notebooks"]] == [("00_fails", "failed")]
 

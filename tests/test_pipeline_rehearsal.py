@@ -19,8 +19,8 @@ import subprocess
 
 import pytest
 
-from acesql_lib.config.settings import load_config
-from acesql_lib.pipeline.preflight import MISSING
+from acesql_lib.config.profiles import load_config
+from acesql_lib.pipeline.preflight_rows import MISSING
 from pipeline_checks import NOTEBOOKS, assert_every_artefact, table_rows
 from vllm_env import REPO_ROOT, vllm_env, vllm_python
 

@@ -14,8 +14,8 @@ import shutil
 
 import pytest
 
-from acesql_lib.config.settings import load_config
-from acesql_lib.pipeline.runner import run_pipeline
+from acesql_lib.config.profiles import load_config
+from acesql_lib.pipeline.runner import PipelineOptions, run_pipeline
 from acesql_lib.reports import FIGURES, TABLES
 from pipeline_checks import NOTEBOOKS, assert_every_artefact
 
@@ -35,7 +35,7 @@ def smoke(tmp_path_factory, tiny_profile_world):
     """One smoke-size run of the whole pipeline, shared by the tests below (each reads it or runs on top of it)."""
     folder = tmp_path_factory.mktemp("smoke")
     shutil.copytree(tiny_profile_world.root, folder / "world")  # notebook 00 finds it ready, as a second run does
-    return folder, run_pipeline("tiny", overrides=_overrides(folder), progress=False)
+    return folder, run_pipeline("tiny", overrides=_overrides(folder), options=PipelineOptions(progress=False))
 
 
 def test_tiny_pipeline_end_to_end(smoke):
@@ -174,7 +174,8 @@ def test_notebook_05_opens_alone_on_a_finished_run(smoke):
     """After a full run, notebook 05 runs by itself (its first cell says what it reads from disk): every
     evaluation is read back from the run folder, none redone."""
     folder, _ = smoke
-    (run,) = run_pipeline("tiny", only=["05"], overrides=_overrides(folder), progress=False, calibrate=False)
+    (run,) = run_pipeline("tiny", only=["05"], overrides=_overrides(folder),
+                          options=PipelineOptions(progress=False, calibrate=False))
     assert run.name == "05_evaluation" and run.status == "ok"
     stages = json.loads((folder / "reports" / "metrics" / "05_evaluation.json").read_text())["stages"]
     assert set(stages) == {"base", "sft", "rl"}

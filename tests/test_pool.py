@@ -159,7 +159,7 @@ def test_bad_arguments():
 
 
 def test_pool_additions_follow_the_format_gate():
-    from acesql_lib.roles.prompts import parse_generator
+    from acesql_lib.roles.answers import parse_generator
 
     good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
     no_think = parse_generator("```sql\nSELECT a FROM t\n```")  # executes and may match, but reward 0
@@ -175,8 +175,8 @@ def test_pool_additions_follow_the_format_gate():
 def test_every_pool_add_gate_the_config_offers_is_one_the_pool_applies():
     import typing
 
-    from acesql_lib.config.settings import PoolAddGate
-    from acesql_lib.roles.prompts import parse_generator
+    from acesql_lib.config.choices import PoolAddGate
+    from acesql_lib.roles.answers import parse_generator
 
     good = parse_generator("<think>t</think>\n```sql\nSELECT a FROM t\n```")
     for gate in typing.get_args(PoolAddGate):
@@ -189,7 +189,7 @@ def test_distilled_pool_file_holds_no_gamma_and_grpo_reads_the_config(tmp_path, 
     stage's starting pool decays by the config's value (also after gold seeding)."""
     from types import SimpleNamespace
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.train.pool_init import initial_pool
 
     ColumnSetPool.from_rollouts({"q1": [A, A]}, gold={"q1": GOLD}, gamma=0.5).save(tmp_path / "pool.json")

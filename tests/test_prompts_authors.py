@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.roles.prompts import generator_messages, retriever_messages
 from acesql_lib.train.rollouts import generator_prompt, retriever_prompt
 from acesql_lib.data.schema import load_tables_json
@@ -173,7 +173,8 @@ def _authors_chat(tokenizer, content: str) -> str:
 
 
 def test_profiles_choose_the_prompt_style():
-    from acesql_lib.config.settings import ConfigError, ModelConfig
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.config.model import ModelConfig
 
     assert (load_config("paper").model.prompt_style, load_config("rehearsal").model.prompt_style) == ("authors",) * 2
     assert load_config("tiny").model.prompt_style == "tiny" and ModelConfig().prompt_style == "authors"
@@ -279,7 +280,7 @@ class _Recording:
         self.prompts: list[str] = []
 
     def generate(self, prompts, n=1, **kw):
-        from acesql_lib.models.engines import Completion
+        from acesql_lib.models.completions import Completion
 
         self.prompts += prompts
         out = []
@@ -298,7 +299,7 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     read), a training rollout (self-distillation, GRPO, its validation) with their training templates."""
 
     from acesql_lib.data.datasets import Example
-    from acesql_lib.evaluation.evaluate import evaluate
+    from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
     from acesql_lib.roles.prompts import AUTHORS_EVAL
     from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
     from acesql_lib.data.schema import Schema
@@ -332,13 +333,13 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
         "bird_dev": True, "spider_dev": False, "spider_test": False, "spider_dk": True, "spider_syn": True,
         "spider_realistic": True}
     assert [s.relevant_values for s in load_config("rehearsal").eval.sets] == [s.relevant_values for s in cfg.eval.sets]
-    from acesql_lib.config.settings import EvalConfig
+    from acesql_lib.config.eval import EvalConfig
 
     assert [s.relevant_values for s in EvalConfig().sets] == [s.relevant_values for s in cfg.eval.sets]
     engine.prompts = []
     spider = Schema.from_sqlite(db)
-    evaluate(None, tokenizer, [ex], {"club": spider}, cfg, mode="spider", set_name="spider_dev", engine=engine,
-             progress=False, relevant_values=False)
+    evaluate(None, tokenizer, [ex], {"club": spider}, cfg,
+             EvalOptions(mode="spider", set_name="spider_dev", relevant_values=False), engine=engine, progress=False)
     bare = Task(ex, spider, given_values={})
     assert "example: ['x', 'y']" in bare.full_ddl and spider.values_index is None
     assert engine.prompts[0] == retriever_prompt(bare, tokenizer, AUTHORS_EVAL)

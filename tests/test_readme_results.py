@@ -10,7 +10,7 @@ import pytest
 
 from acesql_lib import reports
 from acesql_lib.pipeline import run_card
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from helpers_reports import write_inputs  # the reports fixture, written by evaluate's own functions
 from repo_paths import ROOT
 

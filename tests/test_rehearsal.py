@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acesql_lib.config import settings as config_mod
-from acesql_lib.config.settings import ConfigError, load_config
-from acesql_lib.data.datasets import (DatasetError, OfflineError, eval_examples, download_spider_dk, download_spider_realistic,
-                                 download_spider_syn, load_bird, load_spider, load_spider_dk, load_spider_realistic,
-                                 load_spider_syn, load_spider_test, load_synsql, load_tables)
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import CONFIG_DIR, load_config
+from acesql_lib.data.datasets import (DatasetError, eval_examples, load_bird, load_spider, load_spider_dk,
+                                      load_spider_realistic, load_spider_syn, load_spider_test, load_synsql,
+                                      load_tables)
+from acesql_lib.data.downloads import OfflineError, download_spider_dk, download_spider_realistic, download_spider_syn
 from acesql_lib.data.layouts import MARKER, LayoutError, LayoutRoots, synonym_rewrite, write_layouts
 from acesql_lib.data.tinyworld import build_tinyworld
 
@@ -73,7 +74,7 @@ def test_rehearsal_differs_from_paper_only_in_allowed_keys():
     assert [s.name for s in paper.eval.sets] == ["bird_dev", "spider_dev", "spider_test", "spider_dk", "spider_syn",
                                                  "spider_realistic"]
     # the list itself is inherited (only the data roots move), so the two files cannot disagree on it
-    assert "sets" not in yaml.safe_load((config_mod.CONFIG_DIR / "rehearsal.yaml").read_text())["eval"]
+    assert "sets" not in yaml.safe_load((CONFIG_DIR / "rehearsal.yaml").read_text())["eval"]
     for p, r in zip(paper.eval.sets, reh.eval.sets):
         for field in ("path", "tables", "db_root"):
             assert getattr(r, field).startswith("runs/rehearsal/data/"), (r.name, field, getattr(r, field))
@@ -87,11 +88,11 @@ def test_rehearsal_differs_from_paper_only_in_allowed_keys():
 
 def test_diff_check_catches_a_drift(tmp_path):
     """The allowed-keys check is not vacuous: a rehearsal that changes the prompt style or gamma fails it."""
-    text = (config_mod.CONFIG_DIR / "rehearsal.yaml").read_text()
+    text = (CONFIG_DIR / "rehearsal.yaml").read_text()
     drift = tmp_path / "drift.yaml"
     drift.write_text(text.replace("model:\n", "model:\n  prompt_style: tiny\n", 1)
                      .replace("grpo:\n", "grpo:\n  gamma: 0.7\n", 1)
-                     .replace("inherits: paper", f"inherits: {config_mod.CONFIG_DIR / 'paper.yaml'}"))
+                     .replace("inherits: paper", f"inherits: {CONFIG_DIR / 'paper.yaml'}"))
     changed = _diff(load_config("paper"), load_config(str(drift)))
     bad = {k for k in changed if not any(fnmatch.fnmatch(k, pat) for pat in ALLOWED)}
     assert bad == {"model.prompt_style", "grpo.gamma"}

@@ -12,7 +12,8 @@ from PIL import Image
 from scipy import stats as sps
 
 from acesql_lib import reports
-from acesql_lib.config.settings import Config, load_config
+from acesql_lib.config.profiles import load_config
+from acesql_lib.config.settings import Config
 from helpers_reports import (BASE_EX, CORRECT, N_DEV, RL_EX, SFT_EX, grpo_step_record, question_tokens,
                              write_eval, write_inputs)
 
@@ -366,7 +367,7 @@ def test_stage_figures_live_in_reports_and_draw_what_the_stages_write(tmp_path):
 
     from acesql_lib.train import distill
     from acesql_lib.data import filtering
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import Example
     from acesql_lib.train.distill import build_products
     from acesql_lib.train.rollouts import Task

@@ -10,10 +10,10 @@ import torch
 
 import acesql_lib
 from acesql_lib.pipeline import tinybase
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.runtime.reuse_keys import code_hash, imported_modules, settings_hash, source_digest
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import TinyWorld
 from helpers_db import sqlite_db
@@ -137,7 +137,9 @@ def test_the_base_models_key_holds_what_the_build_imports_and_not_what_only_load
     # the rehearsal's prompts show the authors' schema text with question-relevant values
     assert {"pipeline.tinybase", "train.sft", "models.loading", "roles.prompts", "data.schema", "data.authors_schema", "data.values_index", "data.datasets",
             "data.tinyworld.world", "data.tinyworld.questions"} <= modules
-    assert not {"config.settings", "evaluation.evaluate", "pipeline.shipped_base", "runtime.reuse_keys", "data.filtering"} & modules
+    assert not {"config.settings", "config.data", "config.model", "config.train", "config.eval", "config.choices",
+                "config.checks", "config.profiles", "evaluation.evaluate", "pipeline.shipped_base", "runtime.reuse_keys",
+                "data.filtering"} & modules
     assert "data.filtering" in tinybase.build_modules(load_config("tiny", {"model.tiny.holdout_stage1": True}))
 
 
@@ -164,7 +166,7 @@ def test_two_greedy_evaluations_give_identical_predictions(tmp_path):
     for _ in range(2):
         model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                  intermediate_size=64, max_position=1024, seed=0)
-        runs.append(evaluate(model, tok, examples, schemas, cfg, mode="set", progress=False).records)
+        runs.append(evaluate(model, tok, examples, schemas, cfg, EvalOptions(mode="set"), progress=False).records)
     assert runs[0] == runs[1]
     assert any(r["retriever_tokens"] > 1 for r in runs[0])  # something was generated, not two empty runs
 

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from acesql_lib.config.settings import GRPOConfig
-from acesql_lib.roles.prompts import generator_target, parse_generator, parse_retriever, retriever_target
+from acesql_lib.config.train import GRPOConfig
+from acesql_lib.roles.answers import parse_generator, parse_retriever
+from acesql_lib.roles.prompts import generator_target, retriever_target
 from acesql_lib.roles.rewards import (
     LengthPenalty, authors_dense_retriever_reward, dense_retriever_reward, generator_reward, group_advantages, length_penalty,
     make_generator_reward_fn, make_retriever_reward_fn, retriever_reward,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from acesql_lib.config.settings import REPO_ROOT as REPO, load_config
+from acesql_lib.config.paths import REPO_ROOT as REPO
+from acesql_lib.config.profiles import load_config
 from acesql_lib.models.loading import load_tokenizer
 from acesql_lib.data.datasets import Example
-from acesql_lib.models.engines import Completion, Engine
+from acesql_lib.models.completions import Completion, Engine
 from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, rollout
 from acesql_lib.data.schema import Schema
 from helpers_db import sqlite_db

@@ -185,8 +185,8 @@ def test_alternative_route_of_one_prediction_ignores_case_and_needs_both_sets():
 def _rollouts_on(shop, rows):
     """QuestionRollouts on the shop database, executed for real; rows = [(gold, [generator SQL, ...])]."""
     from acesql_lib.data.datasets import Example
-    from acesql_lib.models.engines import Completion
-    from acesql_lib.roles.prompts import GeneratorParse
+    from acesql_lib.models.completions import Completion
+    from acesql_lib.roles.answers import GeneratorParse
     from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts
 
     db, schema = shop
@@ -221,7 +221,7 @@ def test_grpo_rollout_metrics_use_the_routes_definition(shop):
 def test_distillation_summary_uses_the_routes_definition(shop):
     """Distillation counted every correct set as alternative when the gold did not resolve, and
     compared sets case-sensitively; now its share is `route_share` of the same records."""
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.train.distill import build_products
     from acesql_lib.train.rollouts import Task
 

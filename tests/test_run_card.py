@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from acesql_lib.pipeline import run_card
-from acesql_lib.config.settings import load_config
-from acesql_lib.pipeline.runner import run_pipeline
+from acesql_lib.config.profiles import load_config
+from acesql_lib.pipeline.runner import PipelineOptions, run_pipeline
 from acesql_lib.reports.tables import Table, run_card_note
 from pipeline_checks import stub_notebook
 from repo_paths import ROOT
@@ -32,8 +32,9 @@ def piped(tmp_path_factory):
     metrics = {"stages": {"rl": {"tiny_dev": {"ex": 15.5, "n": 200, "tokens_per_question": 93.1}}}}
     stub_notebook(books / "01_metrics.ipynb", f"import json, pathlib\np = pathlib.Path({str(reports)!r}) / 'metrics'\n"
               f"p.mkdir(parents=True, exist_ok=True)\n(p / '05_evaluation.json').write_text(json.dumps({metrics!r}))")
-    run_pipeline("tiny", overrides={"grpo.gamma": 0.7}, reports_dir=reports, notebook_dir=books, progress=False,
-                 calibrate=False, warm_next=False)
+    run_pipeline("tiny", overrides={"grpo.gamma": 0.7},
+                 options=PipelineOptions(reports_dir=reports, notebook_dir=books, progress=False, calibrate=False,
+                                         warm_next=False))
     return reports
 
 
@@ -66,15 +67,15 @@ def test_changing_a_setting_changes_the_settings_digest():
 
 def test_a_dirty_tree_is_flagged_and_a_folder_outside_git_says_unknown(tmp_path):
     repo = tmp_path / "repo"
-    (repo / "acesql_lib").mkdir(parents=True)
-    shutil.copy(ROOT / "acesql_lib" / "run_card.py", repo / "acesql_lib" / "run_card.py")
+    (repo / "acesql_lib" / "pipeline").mkdir(parents=True)
+    shutil.copy(ROOT / "acesql_lib" / "pipeline" / "run_card.py", repo / "acesql_lib" / "pipeline" / "run_card.py")
     _git(tmp_path, "init", "-q", str(repo))
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
     clean = run_card.git_state(repo)
     assert clean == {"commit": _git(repo, "rev-parse", "HEAD"), "dirty": False, "changed": []}
     before = run_card.code_digest(repo)["digest"]
-    with (repo / "acesql_lib" / "run_card.py").open("a") as f:
+    with (repo / "acesql_lib" / "pipeline" / "run_card.py").open("a") as f:
         f.write("# edited\n")
     dirty = run_card.git_state(repo)
     assert dirty["dirty"] is True and dirty["changed"] == ["acesql_lib/pipeline/run_card.py"]

@@ -190,7 +190,9 @@ def test_authors_text_from_a_live_sqlite_file(tmp_path):
 
 
 def test_profiles_choose_the_schema_style():
-    from acesql_lib.config.settings import ConfigError, DataConfig, load_config
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.config.data import DataConfig
+    from acesql_lib.config.profiles import load_config
 
     paper, tiny = load_config("paper").data, load_config("tiny").data
     assert (paper.schema_style, paper.relevant_values, paper.max_example_values) == ("authors", True, 6)

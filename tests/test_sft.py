@@ -95,7 +95,7 @@ def test_malformed_samples_are_reported_and_skipped(capsys):
 def test_tiny_gold_samples_cover_both_roles(tmp_path):
     import sqlite3
 
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import Example
     from acesql_lib.data.schema import Schema
     from acesql_lib.pipeline.tinybase import base_settings, gold_samples, settings_hash, tiny_think
@@ -145,7 +145,8 @@ def test_think_extra_varies_think_length_and_nothing_else(tmp_path):
     """`model.tiny.think_extra`: each target's think sentence goes on with 0..k filler sentences,
     drawn per sample, so the outputs the base (and the SFT traces distilled from it) write vary in
     length; prompts, answers and the value swaps are those of k = 0, and k is in the reuse key."""
-    from acesql_lib.config.settings import ConfigError, load_config
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import load_synsql, schemas_for
     from acesql_lib.pipeline.tinybase import THINK_FILLER, base_settings, gold_samples, tiny_think
     from acesql_lib.data.tinyworld import TinyWorld, build_tinyworld
@@ -212,7 +213,7 @@ def test_value_swap_draws_the_same_stand_ins_whatever_the_process_hash_seed():
 
 
 def test_base_tokenizer_spells_held_out_text_with_pieces_seen_in_training(tmp_path):
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import load_synsql, schemas_for
     from acesql_lib.pipeline.tinybase import _sample_text, base_tokenizer, gold_samples
     from acesql_lib.data.tinyworld import build_tinyworld
@@ -332,7 +333,7 @@ def test_base_holdout_leaves_out_exactly_stage_one_questions(tmp_path):
     key_on, key_off = base_settings(on.cfg, world), base_settings(off.cfg, world)
     assert key_off["filtering"] is None and key_on["filtering"]["target_size"] == 30
     # filtering's code keys the base only when it chooses the questions left out
-    assert "filtering" in build_modules(on.cfg) and "filtering" not in build_modules(off.cfg)
+    assert "data.filtering" in build_modules(on.cfg) and "data.filtering" not in build_modules(off.cfg)
     assert key_on["code"] == code_hash(*BUILD_ENTRY, leave_out=BUILD_LEAVES_OUT)
     assert key_off["code"] == code_hash(*BUILD_ENTRY, leave_out=(*BUILD_LEAVES_OUT, "data.filtering"))
     assert base_settings(ctx(**{"model.tiny.holdout_stage1": True, "filtering.target_size": 20}).cfg,

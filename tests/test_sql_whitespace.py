@@ -8,10 +8,11 @@ import sqlite3
 
 import pytest
 
-from acesql_lib.config.settings import ConfigError, load_config
+from acesql_lib.config.checks import ConfigError
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import Example
-from acesql_lib.models.engines import Completion
-from acesql_lib.roles.prompts import GeneratorParse
+from acesql_lib.models.completions import Completion
+from acesql_lib.roles.answers import GeneratorParse
 from acesql_lib.train.rollouts import QuestionRollout, RoleSamples, Task, execute_rollouts, normalise_sql
 from acesql_lib.data.schema import Schema
 

@@ -9,8 +9,8 @@ import sqlite3
 
 import pytest
 
-from acesql_lib.executor import score_bird
-from acesql_lib.executor.sandbox import execute_here
+from acesql_lib.executor import BirdFiles, score_bird
+from acesql_lib.executor.sandbox import ResultReading, execute_here
 from acesql_lib.executor.scoring import RULES, has_no_statement, sql_to_run
 
 OFFICIAL = [name for name, r in RULES.items() if r.blank_runs]
@@ -44,7 +44,7 @@ def _python_sqlite3(db, text):
 
 
 def _kit(db, text, scoring):
-    r = execute_here(db, sql_to_run(text, RULES[scoring]), timeout_s=5.0, strict_utf8=True)
+    r = execute_here(db, sql_to_run(text, RULES[scoring]), timeout_s=5.0, reading=ResultReading(strict_utf8=True))
     return ("rows", sorted(r.rows)) if r.status == "ok" else ("error", None)
 
 
@@ -86,8 +86,8 @@ def test_comment_led_sql_scores_as_the_released_evaluators_score_it(db, tmp_path
     (tmp_path / "dev.json").write_text(json.dumps(gold))
     sep = "\t----- bird -----\t"
     (tmp_path / "pred.json").write_text(json.dumps({str(i): f"{p}{sep}shop" for i, p in enumerate(preds)}))
-    report = score_bird(tmp_path / "pred.json", tmp_path / "dev.json", db.parent.parent, workers=1, progress=False,
-                        scoring=scoring)
+    report = score_bird(BirdFiles(tmp_path / "pred.json", tmp_path / "dev.json", db.parent.parent), workers=1,
+                        progress=False, scoring=scoring)
     want = [_python_sqlite3(db, p) == _python_sqlite3(db, g["SQL"]) for p, g in zip(preds, gold)]
     assert [s.correct for s in report.scores] == want
     assert want == [True, False] * len(COMMENT_LED) + [True] * (len(NO_STATEMENT) - 1)

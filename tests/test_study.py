@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from acesql_lib.pipeline import study
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 
 
 def test_finished_seeds_are_skipped_and_others_rerun(tmp_path):

@@ -220,7 +220,7 @@ def test_without_the_split_the_world_writes_no_dev_id(tmp_path):
 
 
 def test_profile_world_follows_the_data_block(tmp_path):
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
 
     cfg = load_config("tiny", {"data.tiny_n_train": 30, "data.tiny_n_dev": 10, "data.tiny_n_dev_id": 7})
     w = build_profile_world(cfg.data, tmp_path / "w")

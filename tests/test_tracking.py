@@ -30,7 +30,8 @@ def test_none_tracks_nothing_and_a_bad_name_is_named(tmp_path):
 
 
 def test_config_rejects_an_unknown_tracker():
-    from acesql_lib.config.settings import ConfigError, load_config
+    from acesql_lib.config.checks import ConfigError
+    from acesql_lib.config.profiles import load_config
 
     with pytest.raises(ConfigError, match="sft.report_to"):
         load_config("tiny", {"sft.report_to": "mlflow"})

@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from acesql_lib.config.settings import load_config
+from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_bird, schemas_for
-from acesql_lib.models.engines import HFEngine
-from acesql_lib.evaluation.evaluate import evaluate
+from acesql_lib.models.hf_engine import HFEngine, HFOptions
+from acesql_lib.evaluation.evaluate import EvalOptions, evaluate
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.train.rollouts import RolloutSpec, SamplingSpec, Task, generate, rollout, select
 from acesql_lib.data.routes import alternative_route
@@ -77,8 +77,9 @@ def test_evaluate_is_the_rollout_path_run_greedily(tiny, tmp_path):
     examples, schemas, tok, model = tiny
     cfg = load_config("tiny", {"eval.max_new_tokens": 48, "engine.hf_batch_size": 8, "eval.workers": 1,
                                "eval.retriever_parser": "kit", "eval.generator_parser": "kit"})
-    engine = HFEngine(model, tok, batch_size=8)
-    result = evaluate(model, tok, examples, schemas, cfg, mode="set", stage="t", engine=engine, progress=False)
+    engine = HFEngine(model, tok, HFOptions(batch_size=8))
+    result = evaluate(model, tok, examples, schemas, cfg, EvalOptions(mode="set", stage="t"), engine=engine,
+                      progress=False)
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking)
     rules = RolloutSpec(think_rule="kit", retriever_parser="kit", truncation="no_stop", compare_mode="set")

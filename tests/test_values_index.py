@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from acesql_lib.config.settings import DataConfig
+from acesql_lib.config.data import DataConfig
 from acesql_lib.roles.prompts import question_text
 from acesql_lib.data.schema import Schema
 from acesql_lib.data.task import profile_schema
@@ -200,7 +200,7 @@ def test_the_profile_schema_in_the_authors_style_takes_descriptions_from_tables_
 
 
 def test_paper_profile_prompts_carry_the_authors_text_and_relevant_values(shop_db, tmp_path):
-    from acesql_lib.config.settings import load_config
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import Example
     from acesql_lib.data.task import build_tasks
     from acesql_lib.roles.prompts import generator_messages, retriever_messages

@@ -19,7 +19,8 @@ CONTEXT_ROOM = 12  # new tokens the normal prompts leave: less than the budget, 
 
 
 def run(workdir: Path) -> dict:
-    from acesql_lib.config.settings import EvalSet, load_config
+    from acesql_lib.config.eval import EvalSet
+    from acesql_lib.config.profiles import load_config
     from acesql_lib.data.datasets import load_bird, schemas_for
     from acesql_lib.evaluation.evaluate import LoadedCheckpoint, evaluate_set
     from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer

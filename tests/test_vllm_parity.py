@@ -41,7 +41,8 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
 
     import torch
 
-    from acesql_lib.models.engines import HFEngine, VLLMEngine
+    from acesql_lib.models.hf_engine import HFEngine
+    from acesql_lib.models.vllm_engine import VLLMEngine, VLLMSettings
     from acesql_lib.models.loading import build_tiny_model, save_tiny, train_tiny_tokenizer
 
     torch.manual_seed(0)
@@ -73,12 +74,12 @@ def run_parity(workdir: Path, in_process: bool) -> dict:
 
     hf = HFEngine(model, tokenizer)
     try:  # a start that fails leaves the heap as it found it (VLLMEngine freezes it early in process)
-        VLLMEngine(workdir / "no-model-here", dtype="float32", max_model_len=512, in_process=in_process)
+        VLLMEngine(workdir / "no-model-here", VLLMSettings(dtype="float32", max_model_len=512, in_process=in_process))
     except Exception:
         pass
     frozen = {"failed_start": gc.get_freeze_count()}
     start = time.time()
-    vllm_engine = VLLMEngine(folder, dtype="float32", max_model_len=512, seed=0, in_process=in_process)
+    vllm_engine = VLLMEngine(folder, VLLMSettings(dtype="float32", max_model_len=512, seed=0, in_process=in_process))
     load_s = time.time() - start
     frozen["started"] = gc.get_freeze_count()
     before = {"hf": greedy(hf), "vllm": greedy(vllm_engine)}
@@ -109,7 +110,7 @@ def run_reuse(workdir: Path, folder: Path, model, tokenizer, greedy) -> dict:
     checkpoint B (the same model after the optimizer step, saved to its own folder); the block's end shuts it
     down (tests/test_engine_reuse.py checks the rules without vLLM)."""
     from acesql_lib.models import engine_reuse
-    from acesql_lib.config.settings import EngineConfig
+    from acesql_lib.config.model import EngineConfig
     from acesql_lib.models.engines import make_engine
     from acesql_lib.models.loading import load_policy, save_tiny
 

@@ -9,7 +9,7 @@ import os
 import nbformat
 import pytest
 
-from acesql_lib.pipeline.runner import NotebookFailed, run_pipeline
+from acesql_lib.pipeline.runner import NotebookFailed, PipelineOptions, run_pipeline
 from acesql_lib.runtime.warm_kernel import WarmKernel, modules_imported, warm_code
 
 # `email.mime.text` is imported by no module the runner or the kernel loads on their own
@@ -56,8 +56,8 @@ def test_the_next_notebook_runs_in_a_kernel_that_has_imported_its_modules_and_no
     _notebook(books / "00_first.ipynb", "print('first')")
     _notebook(books / "01_probe.ipynb", PROBE)
     monkeypatch.setenv("PROBE_OUT", str(tmp_path / "probe.json"))
-    runs = run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False,
-                        calibrate=False, warm_next=warm_next)
+    runs = run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                        progress=False, calibrate=False, warm_next=warm_next))
     assert [r.status for r in runs] == ["ok", "ok"]
     probe = json.loads((tmp_path / "probe.json").read_text())
     assert probe["before"] is warm_next  # imported ahead only in the warm kernel
@@ -74,7 +74,8 @@ def test_a_module_that_fails_to_import_fails_in_the_notebooks_own_cell(tmp_path)
     _notebook(books / "00_first.ipynb", "print('first')")
     _notebook(books / "01_missing.ipynb", "x = 1", "import acesql_no_such_module")
     with pytest.raises(NotebookFailed, match="01_missing.ipynb failed at cell .*ModuleNotFoundError"):
-        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False, calibrate=False)
+        run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                     progress=False, calibrate=False))
     executed = nbformat.read(tmp_path / "reports" / "executed" / "01_missing.ipynb", as_version=4)
     assert [c.execution_count for c in executed.cells if c.cell_type == "code"][:3] == [1, 2, 3]
 
@@ -96,7 +97,8 @@ def test_a_kernel_that_dies_while_importing_fails_its_notebook_instead_of_hangin
     _notebook(books / "00_first.ipynb", "print('first')")
     _notebook(books / "01_dies.ipynb", "import acesql_dies_on_import")
     with pytest.raises(NotebookFailed, match="01_dies.ipynb failed"):
-        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False, calibrate=False)
+        run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                     progress=False, calibrate=False))
 
 
 def test_a_notebook_that_is_not_json_fails_by_its_name(tmp_path):
@@ -106,4 +108,5 @@ def test_a_notebook_that_is_not_json_fails_by_its_name(tmp_path):
     (books / "01_broken.ipynb").write_text('{"cells": [')  # the kernel started ahead of it imports nothing
     assert modules_imported(books / "01_broken.ipynb") == []
     with pytest.raises(NotebookFailed, match="01_broken.ipynb failed"):
-        run_pipeline("tiny", reports_dir=tmp_path / "reports", notebook_dir=books, progress=False, calibrate=False)
+        run_pipeline("tiny", options=PipelineOptions(reports_dir=tmp_path / "reports", notebook_dir=books,
+                                                     progress=False, calibrate=False))

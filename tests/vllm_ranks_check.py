@@ -1,5 +1,5 @@
 """Run under .venv-vllm by tests/test_grpo_vllm.py, as each of two torchrun ranks (gloo): the colocated vLLM
-engine a launched rank builds (`engines.make_engine`, as `grpo.build_trainer` does) runs through vLLM's external
+engine a launched rank builds (`engines.make_engine`, as `grpo_run.build_trainer` does) runs through vLLM's external
 launcher inside the launch's process group, decodes greedily what this rank's policy decodes, and after the
 policy changes and the engine is synced in place, still does; the group stays usable for the training's
 collectives. Prints one JSON line per rank.
@@ -16,8 +16,9 @@ import torch.distributed as dist
 
 
 def main(model_dir: str) -> dict:
-    from acesql_lib.config.settings import EngineConfig
-    from acesql_lib.models.engines import HFEngine, make_engine
+    from acesql_lib.config.model import EngineConfig
+    from acesql_lib.models.engines import make_engine
+    from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.models.loading import load_policy
 
     dist.init_process_group("gloo")  # as accelerate's launcher does before the trainer builds its engine

@@ -1,2 +1,4 @@
-"""The authors' released files (their initial pool, RL rows and SFT files) read as the kit's inputs.
+"""The authors' released files read as the kit's inputs: their initial pool (`initial_pool`), RL rows (`rl_rows`)
+and SFT files (`sft_files`), on the files' layout and column indices (`release_files`); `release` reads them for
+a profile whose stage 1 is the authors'.
 """

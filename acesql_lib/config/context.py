@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .settings import Config, load_config
+from .profiles import load_config
+from .settings import Config
 from .paths import Paths
 
 

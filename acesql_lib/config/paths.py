@@ -9,7 +9,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import REPO_ROOT, Config
+from .settings import Config
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # acesql_lib/config/paths.py -> the checkout
 
 
 def resolve(path: str | Path) -> Path:

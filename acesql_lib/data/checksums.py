@@ -24,8 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.settings import BIRD_DEV_VERSION, REPO_ROOT, Config, ConfigError, load_config, parse_overrides
-from ..config.paths import resolve
+from ..config.checks import ConfigError
+from ..config.eval import BIRD_DEV_VERSION
+from ..config.profiles import load_config, parse_overrides
+from ..config.settings import Config
+from ..config.paths import REPO_ROOT, resolve
 
 MANIFEST = REPO_ROOT / "data" / "benchmarks.json"
 PENDING = "to be computed on a GPU box by `make checksums`"
@@ -327,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     what.add_argument("--download", action="store_true", help="download what is missing, then verify")
     what.add_argument("--write", action="store_true", help="record the digests of the files on disk (make checksums)")
     args = ap.parse_args(argv)
-    from .datasets import OfflineError
+    from .downloads import OfflineError
 
     try:
         cfg = load_config(args.profile, parse_overrides(args.set))

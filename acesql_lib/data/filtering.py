@@ -35,7 +35,7 @@ import string
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 import sqlglot
@@ -43,7 +43,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from ..config.settings import FilteringConfig
+from ..config.data import FilteringConfig
 from ..executor import VALID_STATUSES, score_batch
 from .schema import Schema
 from .sqlcolumns import ColumnResolutionError, column_set
@@ -143,91 +143,114 @@ def _sample_keep(items: list, k: int, rng: random.Random) -> list:
     return [x for i, x in enumerate(items) if i in chosen]
 
 
+class _Funnel:
+    """The pool as the rules leave it: the examples left, the funnel (stage, examples left after it) and the
+    drop reasons counted so far."""
+
+    def __init__(self, examples: Sequence) -> None:
+        self.dropped: Counter = Counter()
+        self.funnel: list[tuple[str, int]] = [("input", len(examples))]
+        self.pool = list(examples)
+
+    def stage(self, name: str, keep: list, reasons: Iterable[str] = ()) -> None:
+        self.dropped.update(reasons)
+        self.pool = keep
+        self.funnel.append((name, len(self.pool)))
+
+
 def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Schema], seed: int = 0,
                 workers: int = 0, progress: bool = False) -> FilterResult:
     """Apply the rules of the module doc in order; deterministic for a given pool, config and seed."""
-    dropped: Counter = Counter()
-    funnel: list[tuple[str, int]] = [("input", len(examples))]
-    pool = list(examples)
-
-    def stage(name: str, keep: list, reasons: Iterable[str] = ()) -> None:
-        nonlocal pool
-        dropped.update(reasons)
-        pool = keep
-        funnel.append((name, len(pool)))
-
-    stage("known_database", [e for e in pool if e.db_id in schemas],
-          ["unknown_database"] * sum(e.db_id not in schemas for e in pool))
-
-    def too_small(s: Schema) -> bool:
-        return len(s.tables) < cfg.min_tables or len(s.columns()) < cfg.min_columns
-
-    small = {db for db, s in schemas.items() if too_small(s)}
-    stage("schema_size", [e for e in pool if e.db_id not in small],
-          ["schema_too_small"] * sum(e.db_id in small for e in pool))
-
+    f = _Funnel(examples)
+    f.stage("known_database", [e for e in f.pool if e.db_id in schemas],
+            ["unknown_database"] * sum(e.db_id not in schemas for e in f.pool))
+    small = {db for db, s in schemas.items() if len(s.tables) < cfg.min_tables or len(s.columns()) < cfg.min_columns}
+    f.stage("schema_size", [e for e in f.pool if e.db_id not in small],
+            ["schema_too_small"] * sum(e.db_id in small for e in f.pool))
     if cfg.dedup_questions:
-        seen, keep, reasons = set(), [], []
-        for e in pool:
-            key = (e.db_id, normalize_question(e.question))
-            if key in seen:
-                reasons.append("duplicate_question")
-            else:
-                seen.add(key)
-                keep.append(e)
-        stage("dedup_questions", keep, reasons)
-
+        f.stage("dedup_questions", *_first_of_each(f.pool, lambda e: (e.db_id, normalize_question(e.question)),
+                                                   "duplicate_question"))
     parses: dict[str, bool] = {}  # sqlglot parses a query once here, not again for the gold check below
     if cfg.dedup_sql:
-        seen, keep, reasons = set(), [], []
-        for e in pool:
+        def sql_key(e) -> tuple[str, str]:
             text, parses[e.sql] = _normal_form(e.sql)
-            key = (e.db_id, text)
-            if key in seen:
-                reasons.append("duplicate_sql")
-            else:
-                seen.add(key)
-                keep.append(e)
-        stage("dedup_sql", keep, reasons)
+            return e.db_id, text
 
+        f.stage("dedup_sql", *_first_of_each(f.pool, sql_key, "duplicate_sql"))
     annotations: dict[str, Annotation] = {}
     if cfg.require_execution:
-        keep, reasons = [], []
-        for e in pool:
-            if not (parses[e.sql] if e.sql in parses else _parse_one(e.sql) is not None):
-                reasons.append("sql_unparseable")
-                continue
-            try:
-                cols = column_set(e.sql, schemas[e.db_id])
-            except ColumnResolutionError:
-                reasons.append("sql_unresolved")
-                continue
-            annotations[e.id] = Annotation(cols, len({c.partition(".")[0] for c in cols}))
-            keep.append(e)
-        stage("gold_resolves", keep, reasons)
-
-        scores = score_batch([(_EMPTY_PROBE, e.sql, e.db_path) for e in pool], mode="multiset",
-                             timeout_s=cfg.exec_timeout_s, workers=workers, progress=progress)
-        keep, reasons = [], []
-        for e, s in zip(pool, scores):
-            if s.gold_status != "ok":
-                reasons.append(f"sql_{s.gold_status}")  # sql_error, sql_timeout, sql_too_large, sql_blocked
-            elif s.pred_status not in VALID_STATUSES:  # the probe itself failed (a worker died): emptiness unknown
-                reasons.append("sql_check_failed")
-            elif cfg.drop_empty_results and s.correct:
-                reasons.append("sql_empty_result")
-            else:
-                keep.append(e)
-        stage("gold_executes", keep, reasons)
-
+        f.stage("gold_resolves", *_gold_resolves(f.pool, schemas, parses, annotations))
+        f.stage("gold_executes", *_gold_executes(f.pool, cfg, workers, progress))
     rng = random.Random(seed)  # one stream, consumed in a fixed order: databases sorted, then levels
-    # Sampling works on positions in the pool, so the kept examples stay in pool order.
+    f.stage("per_db_cap", *_per_db_cap(f.pool, cfg.per_db_cap, rng))
+    f.stage("complexity_mix", *_complexity_mix(f.pool, cfg, rng))
+    _annotate(f.pool, schemas, annotations)
+    return FilterResult(kept=f.pool, funnel=f.funnel, dropped=dict(f.dropped),
+                        annotations={e.id: annotations[e.id] for e in f.pool if e.id in annotations})
+
+
+def _first_of_each(pool: list, key: Callable[[Any], Any], reason: str) -> tuple[list, list[str]]:
+    """The first example of each `key` in pool order; each later one is dropped for `reason`."""
+    seen, keep, reasons = set(), [], []
+    for e in pool:
+        k = key(e)
+        if k in seen:
+            reasons.append(reason)
+        else:
+            seen.add(k)
+            keep.append(e)
+    return keep, reasons
+
+
+def _gold_resolves(pool: list, schemas: dict[str, Schema], parses: dict[str, bool],
+                   annotations: dict[str, Annotation]) -> tuple[list, list[str]]:
+    """The examples whose gold SQL parses and resolves to a column set (annotated in `annotations`)."""
+    keep, reasons = [], []
+    for e in pool:
+        if not (parses[e.sql] if e.sql in parses else _parse_one(e.sql) is not None):
+            reasons.append("sql_unparseable")
+            continue
+        try:
+            cols = column_set(e.sql, schemas[e.db_id])
+        except ColumnResolutionError:
+            reasons.append("sql_unresolved")
+            continue
+        annotations[e.id] = Annotation(cols, len({c.partition(".")[0] for c in cols}))
+        keep.append(e)
+    return keep, reasons
+
+
+def _gold_executes(pool: list, cfg: FilteringConfig, workers: int, progress: bool) -> tuple[list, list[str]]:
+    """The examples whose gold SQL executes (one executor batch, the empty probe scored against each gold);
+    with `drop_empty_results`, those whose result has rows."""
+    scores = score_batch([(_EMPTY_PROBE, e.sql, e.db_path) for e in pool], mode="multiset",
+                         timeout_s=cfg.exec_timeout_s, workers=workers, progress=progress)
+    keep, reasons = [], []
+    for e, s in zip(pool, scores):
+        if s.gold_status != "ok":
+            reasons.append(f"sql_{s.gold_status}")  # sql_error, sql_timeout, sql_too_large, sql_blocked
+        elif s.pred_status not in VALID_STATUSES:  # the probe itself failed (a worker died): emptiness unknown
+            reasons.append("sql_check_failed")
+        elif cfg.drop_empty_results and s.correct:
+            reasons.append("sql_empty_result")
+        else:
+            keep.append(e)
+    return keep, reasons
+
+
+def _per_db_cap(pool: list, cap: int, rng: random.Random) -> tuple[list, list[str]]:
+    """At most `cap` examples per database, sampled under `rng` database by database in sorted order. Sampling
+    works on positions in the pool, so the kept examples stay in pool order (as in `_complexity_mix`)."""
     by_db: dict[str, list[int]] = defaultdict(list)
     for i, e in enumerate(pool):
         by_db[e.db_id].append(i)
-    capped = {i for db in sorted(by_db) for i in _sample_keep(by_db[db], cfg.per_db_cap, rng)}
-    stage("per_db_cap", [e for i, e in enumerate(pool) if i in capped], ["per_db_cap"] * (len(pool) - len(capped)))
+    capped = {i for db in sorted(by_db) for i in _sample_keep(by_db[db], cap, rng)}
+    return [e for i, e in enumerate(pool) if i in capped], ["per_db_cap"] * (len(pool) - len(capped))
 
+
+def _complexity_mix(pool: list, cfg: FilteringConfig, rng: random.Random) -> tuple[list, list[str]]:
+    """`target_size` examples in the `complexity_mix` shares (`_complexity_quotas`), sampled under `rng` level by
+    level in sorted order; levels outside the mix are dropped."""
     by_level: dict[str, list[int]] = defaultdict(list)
     for i, e in enumerate(pool):
         by_level[e.difficulty].append(i)
@@ -235,17 +258,18 @@ def filter_pool(examples: Sequence, cfg: FilteringConfig, schemas: dict[str, Sch
     chosen = {i for lvl in sorted(quotas) for i in _sample_keep(by_level[lvl], quotas[lvl], rng)}
     reasons = ["complexity_mix" if e.difficulty in quotas else "complexity_not_in_mix"
                for i, e in enumerate(pool) if i not in chosen]
-    stage("complexity_mix", [e for i, e in enumerate(pool) if i in chosen], reasons)
+    return [e for i, e in enumerate(pool) if i in chosen], reasons
 
-    for e in pool:  # without the gold check, annotate what resolves (unresolvable SQL has none)
+
+def _annotate(pool: list, schemas: dict[str, Schema], annotations: dict[str, Annotation]) -> None:
+    """Without the gold check, annotate what resolves (unresolvable SQL has none)."""
+    for e in pool:
         if e.id not in annotations:
             try:
                 cols = column_set(e.sql, schemas[e.db_id])
                 annotations[e.id] = Annotation(cols, len({c.partition(".")[0] for c in cols}))
             except ColumnResolutionError:
                 pass
-    return FilterResult(kept=pool, funnel=funnel, dropped=dict(dropped),
-                        annotations={e.id: annotations[e.id] for e in pool if e.id in annotations})
 
 
 # distributions ------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..runtime.reuse_keys import settings_hash
 from .tinyworld import TinyWorld
@@ -122,6 +122,32 @@ def _finish(dest: Path, settings: dict[str, Any], counts: dict[str, int]) -> Non
                           "settings": settings, "counts": counts})
 
 
+@dataclass(frozen=True)
+class _Sources:
+    """What every layout is written from: the world, the settings all layouts' markers share (`base`), the dev
+    databases' tables.json entries, the dev records, Spider's dev and test halves of them, the dev databases,
+    and a real Spider-DK folder to merge in (None: none)."""
+
+    world: TinyWorld
+    base: dict[str, Any]
+    tables: dict[str, dict[str, Any]]
+    dev: list[dict[str, Any]]
+    spider_dev: list[dict[str, Any]]
+    spider_test: list[dict[str, Any]]
+    dev_dbs: list[str]
+    real: Path | None
+
+
+def _sources(world: TinyWorld, manifest: dict[str, Any], real: Path | None) -> _Sources:
+    base = {"world": {k: manifest.get(k) for k in ("generator_version", "seed", "n_train", "n_dev")},
+            "version": LAYOUT_VERSION}
+    tables = {e["db_id"]: e for e in _read(world.tables_json)}
+    dev = _read(world.dev_json)
+    spider_rows = [{"db_id": r["db_id"], "query": r["SQL"], "question": r["question"]} for r in dev]
+    dev_dbs = sorted({r["db_id"] for r in dev} | set(manifest.get("databases", {})))
+    return _Sources(world, base, tables, dev, spider_rows[0::2], spider_rows[1::2], dev_dbs, real)
+
+
 def write_layouts(world: TinyWorld, roots: LayoutRoots, real_spider_dk: str | Path | None = None,
                   force: bool = False) -> dict[str, dict[str, int]]:
     """Write (or reuse) the six release layouts from `world`; returns {layout: {what: count}}."""
@@ -129,16 +155,16 @@ def write_layouts(world: TinyWorld, roots: LayoutRoots, real_spider_dk: str | Pa
     real = Path(real_spider_dk) if real_spider_dk else None
     if real is not None and not (real / "Spider-DK.json").is_file():
         raise FileNotFoundError(f"{real}: no Spider-DK.json (data.layouts_real_spider_dk must name a Spider-DK folder)")
-    base = {"world": {k: manifest.get(k) for k in ("generator_version", "seed", "n_train", "n_dev")},
-            "version": LAYOUT_VERSION}
-    tables = {e["db_id"]: e for e in _read(world.tables_json)}
-    dev = _read(world.dev_json)
-    spider_rows = [{"db_id": r["db_id"], "query": r["SQL"], "question": r["question"]} for r in dev]
-    spider_dev, spider_test = spider_rows[0::2], spider_rows[1::2]
-    dev_dbs = sorted({r["db_id"] for r in dev} | set(manifest.get("databases", {})))
+    src = _sources(world, manifest, real)
     out: dict[str, dict[str, int]] = {}
+    for name, dest in roots.items():  # in LayoutRoots order: synsql, bird_dev, spider, spider_dk, spider_syn, ...
+        _WRITERS[name](src, dest, force)
+        out[name] = _read(dest / MARKER)["counts"]
+    return out
 
-    dest = roots.synsql
+
+def _synsql(src: _Sources, dest: Path, force: bool) -> None:
+    world, base = src.world, src.base
     if _prepare(dest, {**base, "layout": "synsql"}, force):
         shutil.copyfile(world.train_json, dest / "data.json")
         shutil.copyfile(world.train_tables, dest / "tables.json")
@@ -147,38 +173,41 @@ def write_layouts(world: TinyWorld, roots: LayoutRoots, real_spider_dk: str | Pa
             _copy_db(world.db_path(db, "train"), dest / "databases", db)
         _finish(dest, {**base, "layout": "synsql"}, {"questions": len(_read(dest / "data.json")),
                                                      "databases": len(train_dbs)})
-    out["synsql"] = _read(dest / MARKER)["counts"]
 
-    dest = roots.bird_dev
+
+def _bird_dev(src: _Sources, dest: Path, force: bool) -> None:
+    world, base = src.world, src.base
     if _prepare(dest, {**base, "layout": "bird_dev"}, force):
         shutil.copyfile(world.dev_json, dest / "dev.json")
         shutil.copyfile(world.dev_tables, dest / "dev_tables.json")
-        for db in dev_dbs:
+        for db in src.dev_dbs:
             _copy_db(world.db_path(db, "dev"), dest / "dev_databases", db, with_descriptions=True)
-        _finish(dest, {**base, "layout": "bird_dev"}, {"questions": len(dev), "databases": len(dev_dbs)})
-    out["bird_dev"] = _read(dest / MARKER)["counts"]
+        _finish(dest, {**base, "layout": "bird_dev"}, {"questions": len(src.dev), "databases": len(src.dev_dbs)})
 
-    dest = roots.spider
+
+def _spider(src: _Sources, dest: Path, force: bool) -> None:
+    base, tables, dev_dbs = src.base, src.tables, src.dev_dbs
     if _prepare(dest, {**base, "layout": "spider"}, force):
-        _dump(dest / "dev.json", spider_dev)
-        _dump(dest / "test.json", spider_test)
+        _dump(dest / "dev.json", src.spider_dev)
+        _dump(dest / "test.json", src.spider_test)
         _dump(dest / "tables.json", [tables[db] for db in dev_dbs])
         _dump(dest / "test_tables.json", [tables[db] for db in dev_dbs])
         for folder in ("database", "test_database"):
             for db in dev_dbs:
-                _copy_db(world.db_path(db, "dev"), dest / folder, db)
-        _finish(dest, {**base, "layout": "spider"}, {"dev": len(spider_dev), "test": len(spider_test),
+                _copy_db(src.world.db_path(db, "dev"), dest / folder, db)
+        _finish(dest, {**base, "layout": "spider"}, {"dev": len(src.spider_dev), "test": len(src.spider_test),
                                                      "databases": len(dev_dbs)})
-    out["spider"] = _read(dest / MARKER)["counts"]
 
-    dest = roots.spider_dk
-    dk_settings = {**base, "layout": "spider_dk", "real": str(real) if real else "",
+
+def _spider_dk(src: _Sources, dest: Path, force: bool) -> None:
+    real = src.real
+    dk_settings = {**src.base, "layout": "spider_dk", "real": str(real) if real else "",
                    "real_hash": settings_hash((real / "Spider-DK.json").read_text()) if real else ""}
     if _prepare(dest, dk_settings, force):
-        rows = [{"type": 0, **r} for r in spider_dev]  # type 0: no domain knowledge (Spider-DK's README)
-        dk_tables = [tables[db] for db in dev_dbs]
-        for db in dev_dbs:  # Spider's database folder merged in, as Spider-DK's README asks
-            _copy_db(world.db_path(db, "dev"), dest / "database", db)
+        rows = [{"type": 0, **r} for r in src.spider_dev]  # type 0: no domain knowledge (Spider-DK's README)
+        dk_tables = [src.tables[db] for db in src.dev_dbs]
+        for db in src.dev_dbs:  # Spider's database folder merged in, as Spider-DK's README asks
+            _copy_db(src.world.db_path(db, "dev"), dest / "database", db)
         n_real = 0
         if real is not None:
             real_rows = _read(real / "Spider-DK.json")
@@ -190,23 +219,29 @@ def write_layouts(world: TinyWorld, roots: LayoutRoots, real_spider_dk: str | Pa
         _dump(dest / "Spider-DK.json", rows)
         _dump(dest / "tables.json", dk_tables)
         _finish(dest, dk_settings, {"questions": len(rows), "real_questions": n_real, "databases": len(dk_tables)})
-    out["spider_dk"] = _read(dest / MARKER)["counts"]
 
-    dest = roots.spider_syn
+
+def _spider_syn(src: _Sources, dest: Path, force: bool) -> None:
+    base = src.base
     if _prepare(dest, {**base, "layout": "spider_syn", "synonyms": SYNONYMS}, force):
         rows = [{"db_id": r["db_id"], "SpiderQuestion": r["question"],
-                 "SpiderSynQuestion": synonym_rewrite(r["question"]), "query": r["query"]} for r in spider_dev]
+                 "SpiderSynQuestion": synonym_rewrite(r["question"]), "query": r["query"]} for r in src.spider_dev]
         _dump(dest / "dev.json", rows)
         _finish(dest, {**base, "layout": "spider_syn", "synonyms": SYNONYMS},
                 {"questions": len(rows), "rewritten": sum(r["SpiderQuestion"] != r["SpiderSynQuestion"] for r in rows)})
-    out["spider_syn"] = _read(dest / MARKER)["counts"]
 
-    dest = roots.spider_realistic
+
+def _spider_realistic(src: _Sources, dest: Path, force: bool) -> None:
+    base = src.base
     if _prepare(dest, {**base, "layout": "spider_realistic"}, force):
-        _dump(dest / "spider-realistic.json", spider_dev)
-        _finish(dest, {**base, "layout": "spider_realistic"}, {"questions": len(spider_dev)})
-    out["spider_realistic"] = _read(dest / MARKER)["counts"]
-    return out
+        _dump(dest / "spider-realistic.json", src.spider_dev)
+        _finish(dest, {**base, "layout": "spider_realistic"}, {"questions": len(src.spider_dev)})
+
+
+# Each layout's writer, by its LayoutRoots field: (sources, destination folder, force) -> None.
+_WRITERS: dict[str, Callable[[_Sources, Path, bool], None]] = {
+    "synsql": _synsql, "bird_dev": _bird_dev, "spider": _spider, "spider_dk": _spider_dk, "spider_syn": _spider_syn,
+    "spider_realistic": _spider_realistic}
 
 
 def ensure_layouts(cfg: Any, progress: bool = True) -> dict[str, dict[str, int]] | None:
@@ -228,7 +263,7 @@ def ensure_layouts(cfg: Any, progress: bool = True) -> dict[str, dict[str, int]]
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from ..config.settings import load_config, parse_overrides
+    from ..config.profiles import load_config, parse_overrides
 
     ap = argparse.ArgumentParser(description="Write the official release layouts from the tiny world (rehearsal).")
     ap.add_argument("--profile", default="rehearsal")

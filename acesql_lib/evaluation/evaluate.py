@@ -22,21 +22,8 @@ rule: an over-long retriever prompt leaves the question without a generator pass
 pass (`n_overlong`: retriever, generator, gold_schema) and named (`overlong_ids`, the records' `overlong` and
 `gold_schema_overlong`, one printed line); the authors' scripts stop there instead (docs/deviations.md).
 
-Kit choices where §5 is silent (UNKNOWN in the paper), all reported in `metrics.json`:
-- output tokens per question = retriever + generator generated tokens (stop token included),
-  counted with the policy's tokenizer;
-- Generator Ability = EX of a third greedy pass in which the generator is given the gold SQL's
-  column set as the pruned schema (over questions whose gold column set resolves);
-- Retriever Ability = share of questions whose retrieved set covers the gold column set; column
-  precision, recall (macro means over questions) and exact-match share are reported beside it;
-  precision of an empty retrieval is 0;
-- alternative-route share = share of execution-correct predictions whose column set differs from
-  the gold's (`routes.route_share`); None when no correct prediction resolves.
-
-Units: EX-type accuracies (`ex`, `ex_by_difficulty`, `generator_ability`) are percent, as the paper
-prints EX; every share (`stats.SHARE_KEYS`: the retrieval metrics, the alternative-route share, the
-well-formed and truncation rates) is a fraction in [0, 1], like distillation's and GRPO's shares.
-Tables turn shares into percent when they print (`reports`), never by guessing from the value.
+The metrics (`metrics`: Generator Ability from the third pass, Retriever Ability, tokens per question, the
+alternative-route share, where §5 is silent the kit's choices, and their units) are all reported in `metrics.json`.
 """
 from __future__ import annotations
 
@@ -44,137 +31,65 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import Config, EvalSet
+from ..config.eval import EvalSet
+from ..config.settings import Config
 from ..runtime.reuse_keys import code_hash, engine_key, settings_hash
-from ..models.engines import Engine, HFEngine, make_engine, policy_load_device
-from .records import DIFFICULTY_ORDER, EvalResult, _pct, ex_by_difficulty, write_outputs  # noqa: F401
+from ..models.completions import Engine
+from ..models.engines import make_engine, policy_load_device
+from ..models.hf_engine import HFEngine
+from .metrics import overlong_line, summarize
+from .records import EvalResult, write_outputs
 from ..config.paths import Paths, resolve
 from ..roles.prompts import evaluation_style
 from ..train.rollouts import (EngineCalls, QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate,
                               generator_prompt, retrieve, select, unanswered)
-from ..data.task import build_tasks
-from ..data.routes import alternative_route, route_share
+from ..data.task import Task, build_tasks
+from ..data.routes import alternative_route
 from ..data.schema import Schema
 from ..runtime.timing import as_metrics, since, totals
 
 # ---------------------------------------------------------------------------------------------
-# Metrics: pure functions of per-question records (so they are tested on fixed records)
-
-
-def retrieval_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
-    """Retriever Ability (coverage of the gold column set), column precision/recall/exact match, as fractions.
-
-    Only questions whose gold column set resolves count (`n`); comparisons ignore case.
-    """
-    cover, precision, recall, exact = [], [], [], []
-    for r in records:
-        gold = r.get("gold_columns")
-        if gold is None:
-            continue
-        gold = {c.lower() for c in gold}
-        got = {c.lower() for c in r.get("retrieved_columns") or []}
-        hit = len(gold & got)
-        cover.append(gold <= got)
-        precision.append(hit / len(got) if got else 0.0)
-        recall.append(hit / len(gold) if gold else 1.0)
-        exact.append(gold == got)
-    n = len(cover)
-
-    def mean(xs: list) -> float | None:
-        return sum(xs) / n if n else None
-
-    return {"retriever_ability": mean(cover), "column_precision": mean(precision), "column_recall": mean(recall),
-            "column_exact_match": mean(exact), "n": n}
-
-
-def generator_ability(records: Sequence[Mapping[str, Any]]) -> dict[str, float | int | None]:
-    """EX (%) of the generator on the gold-column schema, over questions where that pass ran."""
-    hits = [r["gold_schema_correct"] for r in records if r.get("gold_schema_correct") is not None]
-    return {"generator_ability": _pct(hits)[0] if hits else None, "n": len(hits)}
-
-
-def token_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Mean generated tokens per question: retriever, generator and their sum (§5, kit's counting)."""
-    n = len(records) or 1
-    ret = sum(r["retriever_tokens"] for r in records) / n
-    gen = sum(r["generator_tokens"] for r in records) / n
-    return {"tokens_per_question": ret + gen, "retriever_tokens": ret, "generator_tokens": gen}
-
-
-def alt_route_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Share (a fraction) of correct predictions on an alternative route; None when none resolves."""
-    share = route_share(records)
-    value = None if math.isnan(share["share"]) else share["share"]
-    return {"alt_route_share": value, **{f"alt_route_{k}": v for k, v in share.items() if k != "share"}}
-
-
-def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Every headline metric of one evaluation, from its per-question records."""
-    by_diff = ex_by_difficulty(records)
-    retrieval = retrieval_metrics(records)
-    gen = generator_ability(records)
-    n = len(records) or 1
-    return {
-        "n": len(records), "ex": by_diff["overall"]["ex"], "ex_by_difficulty": by_diff,
-        **token_metrics(records),
-        "generator_ability": gen["generator_ability"], "generator_ability_n": gen["n"],
-        **{k: v for k, v in retrieval.items() if k != "n"}, "retriever_n": retrieval["n"],
-        **alt_route_metrics(records),
-        "retriever_well_formed": sum(r["retriever_well_formed"] for r in records) / n,
-        "generator_well_formed": sum(r["generator_well_formed"] for r in records) / n,
-        "truncated": sum(r["retriever_truncated"] or r["generator_truncated"] for r in records) / n,
-        **overlong_metrics(records),
-    }
-
+# Running the passes
 
 OVERLONG = "overlong"  # exec_status of a question whose prompt left no room in the engine's context
-PASSES = ("retriever", "generator", "gold_schema")
 
 
-def overlong_metrics(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per pass, the questions whose prompt left no room in the engine's context (scored 0): their number
-    (`n_overlong`) and ids (`overlong_ids`). A question over in the retriever pass has no generator pass."""
-    ids = {p: [str(r["id"]) for r in records if r.get("overlong") == p] for p in PASSES[:2]}
-    ids["gold_schema"] = [str(r["id"]) for r in records if r.get("gold_schema_overlong")]
-    return {"n_overlong": {p: len(v) for p, v in ids.items()}, "overlong_ids": ids}
+@dataclass(frozen=True)
+class EvalOptions:
+    """What one evaluation is, beside the model, its questions and the settings: the checkpoint's label
+    (`stage`) and the set's (`set_name`, which names the files), the executor's compare mode ("set" for BIRD,
+    "spider" for Spider), the scoring rule (`executor.scoring`; None: `eval.scoring` in BIRD's set mode, "kit"
+    otherwise; its timeout replaces `eval.exec_timeout_s` when the rule has one, authors: 300 s), whether the
+    prompts show question-relevant values (`EvalSet.relevant_values`), whether the third pass behind Generator
+    Ability runs, and the folder the files go to (None: nothing written)."""
 
-
-def overlong_line(set_name: str, context: int, ids: Mapping[str, Sequence[str]], shown: int = 20) -> str:
-    """The printed line naming the questions over the context, per pass (the first `shown` ids of each)."""
-    def one(p: str) -> str:
-        named = ", ".join(ids[p][:shown]) + (", ..." if len(ids[p]) > shown else "")
-        return f"{p.replace('_', '-')} pass: {len(ids[p])}" + (f" ({named})" if ids[p] else "")
-
-    return (f"[evaluate] {set_name}: prompts over the engine's {context}-token context, not generated and scored 0: "
-            + "; ".join(one(p) for p in PASSES))
-
-
-# ---------------------------------------------------------------------------------------------
-# Running the passes
+    stage: str = ""
+    set_name: str = "dev"
+    mode: str = "set"
+    scoring: str | None = None
+    relevant_values: bool = True
+    gold_schema_pass: bool = True
+    out_dir: str | Path | None = None
 
 
 def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config,
-             mode: str = "set", stage: str = "", out_dir: str | Path | None = None, set_name: str = "dev",
-             engine: Engine | None = None, gold_schema_pass: bool = True, progress: bool = True,
-             relevant_values: bool = True, scoring: str | None = None) -> EvalResult:
-    """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`; files go to `out_dir`.
+             options: EvalOptions = EvalOptions(), engine: Engine | None = None, progress: bool = True) -> EvalResult:
+    """Two-pass greedy EX of `model` (or of `engine`, when given) on `examples`, as `options` says (`EvalOptions`:
+    the labels, compare mode, scoring rule, relevant values, the gold-schema pass and the output folder).
 
-    `schemas` maps db_id to its Schema; `mode` is the executor's compare mode ("set" for BIRD,
-    "spider" for Spider). `gold_schema_pass` adds the third pass behind Generator Ability.
-    `scoring` (`executor.scoring`): None = `eval.scoring` in BIRD's set mode, "kit" otherwise; its
-    timeout replaces `eval.exec_timeout_s` when the rule has one (authors: 300 s).
-    """
+    `schemas` maps db_id to its Schema. The steps: the retriever and the generator passes (`_two_passes`), the
+    generator on the gold column sets (`_gold_schema_pass`), one execution batch (`_execute`), the records."""
     from ..executor.scoring import rule as scoring_rule
 
-    scoring = scoring if scoring is not None else (cfg.eval.scoring if mode == "set" else "kit")
+    scoring = options.scoring if options.scoring is not None else (cfg.eval.scoring if options.mode == "set" else "kit")
     timeout_s = scoring_rule(scoring).timeout_s or cfg.eval.exec_timeout_s
     missing = sorted({ex.db_id for ex in examples} - set(schemas))
     if missing:
@@ -184,51 +99,90 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     # prompts per engine call (the progress bar moves per call): greedy calls take engine.hf_greedy_batch_size
     chunk = cfg.engine.hf_greedy_batch_size
     style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
-    # the profile's schema text and question-relevant values (§2); a set whose prompts show no question-relevant
-    # values (EvalSet.relevant_values false): none, no index
-    data_cfg = cfg.data if relevant_values else dataclasses.replace(cfg.data, relevant_values=False)
-    given = None if relevant_values else {ex.id: {} for ex in examples}
-    tasks = build_tasks(examples, data_cfg, Paths.from_config(cfg).run / "values_index", schemas, given)
+    tasks = _tasks(examples, schemas, cfg, options.relevant_values)
 
     # the engine's context: eval.max_model_len, or the engine's own where it is smaller (a vLLM engine handed in)
     context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens,
                                context=context)
-    rules = RolloutSpec.evaluation(cfg, mode, timeout_s, scoring)  # eval.*'s parsers: the authors' EVAL rules or the kit's
+    # eval.*'s parsers: the authors' EVAL rules or the kit's
+    rules = RolloutSpec.evaluation(cfg, options.mode, timeout_s, scoring)
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
     run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style)
+    calls = EngineCalls(chunk, progress=progress)  # each pass names its bar
 
-    # 1-2. retriever on the full schema; its one list is the pruned schema (a vote of one sample)
-    retrieved = retrieve(tasks, parse=r_parse, calls=EngineCalls(chunk, f"{stage} retriever", progress), **run)
+    rolls = _two_passes(tasks, run, calls, r_parse, g_parse, options.stage)
+    gold_idx = [i for i, t in enumerate(tasks) if options.gold_schema_pass and t.gold_columns]
+    gold_rolls = _gold_schema_pass(tasks, [r.generator for r in rolls], gold_idx, run, calls, g_parse, options.stage)
+    _execute(rules, [*rolls, *gold_rolls], cfg.eval.workers, progress)
+    records = _records(rolls, gold_idx, gold_rolls)
+    metrics = {"stage": options.stage, "set": options.set_name, "mode": options.mode, "scoring": scoring,
+               "engine": engine.kind, "max_model_len": context, **summarize(records),
+               "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
+    if any(metrics["n_overlong"].values()):
+        print(overlong_line(options.set_name, context, metrics["overlong_ids"]))
+    result = EvalResult(metrics, records)
+    if options.out_dir is not None:
+        result.out_dir = Path(options.out_dir)
+        result.files = write_outputs(result, options.set_name)
+    return result
+
+
+def _tasks(examples: Sequence[Any], schemas: Mapping[str, Schema], cfg: Config, relevant_values: bool) -> list[Task]:
+    """The questions as tasks: the profile's schema text and question-relevant values (§2); a set whose prompts
+    show no question-relevant values (EvalSet.relevant_values false): none, no index."""
+    data_cfg = cfg.data if relevant_values else dataclasses.replace(cfg.data, relevant_values=False)
+    given = None if relevant_values else {ex.id: {} for ex in examples}
+    return build_tasks(examples, data_cfg, Paths.from_config(cfg).run / "values_index", schemas, given)
+
+
+def _two_passes(tasks: list[Task], run: dict[str, Any], calls: EngineCalls, r_parse: Any, g_parse: Any,
+                stage: str) -> list[QuestionRollout]:
+    """Steps 1-3 per question: the retriever on the full schema, its one list the pruned schema (a vote of one
+    sample), then the generator on the pruned schema, for the questions whose retriever prompt fit the context
+    (the others score 0). `run`: the engine call's arguments (engine, tokenizer, spec, style); `calls`: how each
+    pass calls the engine (its chunk and progress; the bar named per pass)."""
+    retrieved = retrieve(tasks, parse=r_parse, calls=dataclasses.replace(calls, desc=f"{stage} retriever"), **run)
     voted, seen = select(retrieved, n_generator=1)
-    # 3. generator on the pruned schema, for the questions whose retriever prompt fit the context (the others score 0)
     asked = [i for i, r in enumerate(retrieved) if not r.completions[0].overlong]
     generated = [RoleSamples([""], [c := unanswered()], [g_parse(c, t)]) for t in tasks]
     for i, g in zip(asked, generate([tasks[i] for i in asked], [seen[i] for i in asked], parse=g_parse,
-                                    calls=EngineCalls(chunk, f"{stage} generator", progress), **run)):
+                                    calls=dataclasses.replace(calls, desc=f"{stage} generator"), **run)):
         generated[i] = g
-    rolls = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
-    # 3b. generator on the gold column set (Generator Ability; kit's definition). Where the voted set gives the
-    # same prompt, the answer is the one step 3 decoded from it (greedy), not decoded again
-    gold_idx = [i for i, t in enumerate(tasks) if gold_schema_pass and t.gold_columns]
+    return [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
+
+
+def _gold_schema_pass(tasks: list[Task], generated: list[RoleSamples], gold_idx: list[int], run: dict[str, Any],
+                      calls: EngineCalls, g_parse: Any, stage: str) -> list[QuestionRollout]:
+    """Step 3b: the generator on the gold column set of each question of `gold_idx` (Generator Ability; kit's
+    definition). Where the voted set gives the same prompt, the answer is the one step 3 decoded from it
+    (greedy, `generated`), not decoded again."""
     gold_tasks = [tasks[i] for i in gold_idx]
     on_gold = [RoleSamples(list(generated[i].prompts), list(generated[i].completions), list(generated[i].parses))
                for i in gold_idx]
+    tokenizer, style, spec = run["tokenizer"], run["style"], run["spec"]
     fresh = [k for k, i in enumerate(gold_idx) if generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style,
                                                                    spec.enable_thinking) != generated[i].prompts[0]]
+    gold_calls = dataclasses.replace(calls, desc=f"{stage} generator (gold schema)")
     for k, g in zip(fresh, generate([gold_tasks[k] for k in fresh], [[gold_tasks[k].gold_columns] for k in fresh],
-                                    parse=g_parse, calls=EngineCalls(chunk, f"{stage} generator (gold schema)", progress),
-                                    **run)):
+                                    parse=g_parse, calls=gold_calls, **run)):
         on_gold[k] = g
-    gold_rolls = [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
-    # 4. execute everything in one batch; a prompt over the context scores 0 (never run: the authors' scoring would
-    # match its empty prediction to an empty gold result)
-    every = [*rolls, *gold_rolls]
-    rules.execute([r for r in every if not r.generator.completions[0].overlong], workers=cfg.eval.workers,
-                  progress=progress)
+    return [QuestionRollout(t, RoleSamples([], [], []), t.gold_columns, g) for t, g in zip(gold_tasks, on_gold)]
+
+
+def _execute(rules: RolloutSpec, every: list[QuestionRollout], workers: int, progress: bool) -> None:
+    """Step 4: every generator answer against its gold in one batch; a prompt over the context scores 0 (never
+    run: the authors' scoring would match its empty prediction to an empty gold result)."""
+    rules.execute([r for r in every if not r.generator.completions[0].overlong], workers=workers, progress=progress)
     for r in every:
         if r.generator.completions[0].overlong:
             r.matches, r.exec_status, r.match_sets = [False], [OVERLONG], [None]
+
+
+def _records(rolls: list[QuestionRollout], gold_idx: list[int],
+             gold_rolls: list[QuestionRollout]) -> list[dict[str, Any]]:
+    """One record per question (predictions.jsonl): both passes, the execution, the column sets and the
+    gold-schema pass where it ran."""
     o_sql = {i: r.generator.parses[0].sql for i, r in zip(gold_idx, gold_rolls)}
     gold_correct = {i: r.matches[0] for i, r in zip(gold_idx, gold_rolls)}
     gold_over = {i: r.generator.completions[0].overlong for i, r in zip(gold_idx, gold_rolls)}
@@ -255,16 +209,7 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
             "overlong": "retriever" if rc.overlong else "generator" if gc.overlong else None,
             "gold_schema_overlong": gold_over.get(i),
         })
-    metrics = {"stage": stage, "set": set_name, "mode": mode, "scoring": scoring, "engine": engine.kind,
-               "max_model_len": context, **summarize(records),
-               "seconds": time.perf_counter() - start, **as_metrics(since(phases_before))}
-    if any(metrics["n_overlong"].values()):
-        print(overlong_line(set_name, context, metrics["overlong_ids"]))
-    result = EvalResult(metrics, records)
-    if out_dir is not None:
-        result.out_dir = Path(out_dir)
-        result.files = write_outputs(result, set_name)
-    return result
+    return records
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,9 +364,9 @@ def evaluate_set(cfg: Config, paths: Paths, model_path: str | Path, eval_set: Ev
     mode = "set" if eval_set.format == "bird" else "spider"  # §5
     try:
         model, tokenizer, engine = checkpoint.get()
-        result = evaluate(model, tokenizer, examples, schemas, cfg, mode=mode, stage=stage, out_dir=out_dir,
-                          set_name=eval_set.name, engine=engine, progress=progress,
-                          relevant_values=eval_set.relevant_values)
+        options = EvalOptions(stage=stage, set_name=eval_set.name, mode=mode, relevant_values=eval_set.relevant_values,
+                              out_dir=out_dir)
+        result = evaluate(model, tokenizer, examples, schemas, cfg, options=options, engine=engine, progress=progress)
     finally:
         if own:
             checkpoint.close()
@@ -437,15 +382,17 @@ def evaluate_baseline(cfg: Config, paths: Paths, name: str, model_path: str | Pa
     """A released checkpoint under its own protocol (`acesql_lib.evaluation.baselines`), metrics by set name, files under
     runs/<profile>/eval/baselines/<name>/<set>. The paper's own protocol ("qwen3-8b") is this module's two-pass
     evaluation; a release's runs its prompts, decoding and extraction with one engine for every set."""
-    from .baselines import BASELINES_DIR, KIT_PROTOCOL, evaluate_release, kit_baseline_metrics, release_config
+    from .baselines import (BASELINES_DIR, KIT_PROTOCOL, ReleaseRun, evaluate_release, kit_baseline_metrics,
+                            release_config)
 
     if name == KIT_PROTOCOL:
         results = evaluate_sets(cfg, paths, model_path, eval_sets, f"{BASELINES_DIR}/{name}", progress)
         return {s: kit_baseline_metrics(r, model_path) for s, r in results.items()}
     checkpoint = LoadedCheckpoint(release_config(cfg, name), model_path)
     try:
-        return {s.name: evaluate_release(cfg, paths, name, checkpoint, s, *load_eval_set(cfg, s), decoding,
-                                         max_new_tokens, progress) for s in eval_sets}
+        release = ReleaseRun(name, decoding, max_new_tokens)
+        return {s.name: evaluate_release(cfg, paths, release, checkpoint, s, *load_eval_set(cfg, s), progress)
+                for s in eval_sets}
     finally:
         checkpoint.close()
 

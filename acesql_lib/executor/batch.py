@@ -24,11 +24,11 @@ from typing import Sequence
 
 from ..runtime.progress import tqdm
 
-from . import workers
+from . import pools
 from .compare import MODES, gold_has_order_by
-from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ExecResult, execute_here
+from .pools import POOLS
+from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ExecResult, ResultReading, execute_here
 from .tasks import Score, ScoreList, _run_task, _Task
-from .workers import POOLS
 
 
 def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: int = DEFAULT_MAX_ROWS,
@@ -44,16 +44,16 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
     process will hold the rows (sandbox.HELD_ROW_BYTES a row and HELD_VALUE_BYTES a value beyond text
     and blob lengths), so it bounds the caller's memory and, at 64 bytes or more a row, the row count.
     Safe from any number of threads: each call runs on a worker of its own, up to
-    workers.EXECUTE_WORKERS at once; a call beyond that waits, first come first served, for one to
+    pools.EXECUTE_WORKERS at once; a call beyond that waits, first come first served, for one to
     come free, and its deadline counts from when its worker starts it.
     """
+    reading = ResultReading(max_rows, max_result_bytes)
     if in_process or conn is not None:
-        return execute_here(db_path, sql, timeout_s, max_rows, max_result_bytes, conn=conn, held=True)
+        return execute_here(db_path, sql, timeout_s, reading, conn=conn, held=True)
     start = time.monotonic()
-    task = _Task(str(db_path), "", [(0, sql)], "multiset", False, False, timeout_s, max_rows, max_result_bytes,
-                 kind="rows")
+    task = _Task(str(db_path), "", [(0, sql)], "multiset", False, False, timeout_s, reading, kind="rows")
     got: list = []
-    with workers.POOLS.single_pool() as pool:  # a worker of this call's own (workers.EXECUTE_WORKERS at once)
+    with pools.POOLS.single_pool() as pool:  # a worker of this call's own (pools.EXECUTE_WORKERS at once)
         pool.run([task], lambda *_: None, lambda _idx, r: got.append(r))
     r = got[0]
     if isinstance(r, Score):  # the worker died or was stopped at the hard deadline
@@ -62,9 +62,8 @@ def execute(db_path: str | Path, sql: str, timeout_s: float = 30.0, max_rows: in
 
 
 def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multiset", timeout_s: float = 30.0,
-                workers: int = 0, progress: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
-                permute_columns: bool = False, max_result_bytes: int = DEFAULT_RESULT_BYTES,
-                in_process: bool = False, strict_utf8: bool = False) -> ScoreList:
+                workers: int = 0, progress: bool = True, reading: ResultReading = ResultReading(),
+                permute_columns: bool = False, in_process: bool = False) -> ScoreList:
     """Score (pred_sql, gold_sql, db_path) triples; `ScoreList` of `Score` in input order.
 
     Triples are grouped by (db, gold): a worker executes the gold once, then that group's
@@ -74,9 +73,10 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
     triple is marked "worker died"; one past its hard deadline is killed and that triple is a
     "timeout". A failed gold scores 0 and is counted in `gold_failures`. workers=0 means
     os.cpu_count(). `in_process=True` runs everything in this process (trusted SQL only: no hard
-    deadline, no memory bound). `max_rows` 0 means no row cap. From several threads: calls with the
-    same `workers` take turns on that pool, calls with different ones run at once on pools of their own. `strict_utf8`: invalid UTF-8 text
-    in a result makes that SQL an error (the official BIRD evaluators' reading) instead of U+FFFD.
+    deadline, no memory bound). `reading`: each result's row cap (0: none) and byte cap, and whether
+    invalid UTF-8 text in a result makes that SQL an error (the official BIRD evaluators' reading)
+    instead of U+FFFD (`ResultReading`). From several threads: calls with the same `workers` take
+    turns on that pool, calls with different ones run at once on pools of their own.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -84,8 +84,7 @@ def score_batch(items: Sequence[tuple[str, str, str | Path]], mode: str = "multi
     for i, (pred, gold, db) in enumerate(items):
         groups.setdefault((str(db), gold), []).append((i, pred))
     tasks = [_Task(db, gold, preds, mode, permute_columns,
-                   mode == "spider" and isinstance(gold, str) and gold_has_order_by(gold), timeout_s, max_rows,
-                   max_result_bytes, strict_utf8=strict_utf8)
+                   mode == "spider" and isinstance(gold, str) and gold_has_order_by(gold), timeout_s, reading)
              for (db, gold), preds in groups.items()]
     # Largest groups first so one long group does not finish last on its own.
     tasks.sort(key=lambda t: -len(t.preds))

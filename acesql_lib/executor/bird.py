@@ -30,7 +30,7 @@ from typing import Sequence
 from ..runtime.jsonfiles import DatasetError, db_id_problem, parse_json_text, read_json_file
 from .batch import Score, score_batch
 from .compare import MODES
-from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES
+from .sandbox import DEFAULT_MAX_ROWS, DEFAULT_RESULT_BYTES, ResultReading
 from .scoring import RULES, SCORINGS, ScoringRule, rule, sql_to_run
 
 log = logging.getLogger(__name__)
@@ -222,6 +222,17 @@ def bird_ex_by_difficulty(scores: Sequence[Score], difficulties: Sequence[str]) 
     return table
 
 
+@dataclass(frozen=True)
+class BirdFiles:
+    """What one scoring reads: the prediction file (predict_dev.json), the gold (dev.json records, or a .sql
+    file of `SQL\\tdb_id` lines with the difficulties from `diff_json`) and the folder of `<db_id>/<db_id>.sqlite`."""
+
+    pred: str | Path
+    gold: str | Path
+    db_root: str | Path
+    diff_json: str | Path | None = None
+
+
 @dataclass
 class BirdReport:
     """What the scoring command computed: verdicts in gold order, the EX table and the counts."""
@@ -256,22 +267,21 @@ def _paired(preds: BirdPredictions, n_gold: int, sc: ScoringRule) -> list[tuple[
     return paired
 
 
-def score_bird(pred_path: str | Path, gold_path: str | Path, db_root: str | Path, mode: str = "set",
-               timeout_s: float | None = None, max_rows: int | None = None,
-               max_result_bytes: int = DEFAULT_RESULT_BYTES, workers: int = 0, diff_json: str | Path | None = None,
-               progress: bool = True, scoring: str = "kit") -> BirdReport:
-    """Score a prediction file against the gold (see the module docstring). `mode` is the row
+def score_bird(files: BirdFiles, mode: str = "set", timeout_s: float | None = None, max_rows: int | None = None,
+               max_result_bytes: int = DEFAULT_RESULT_BYTES, workers: int = 0, progress: bool = True,
+               scoring: str = "kit") -> BirdReport:
+    """Score `files.pred` against the gold (see the module docstring). `mode` is the row
     comparison ("set": BIRD's); `scoring` the rule for everything else (`scoring.RULES`).
     `timeout_s` None: the rule's (authors 300 s, official releases 30 s, kit 30 s). `max_rows`
     None: no row cap in set mode (official), DEFAULT_MAX_ROWS otherwise; 0: none."""
     sc = rule(scoring)
-    gold = load_bird_gold(gold_path, diff_json)
-    preds = load_bird_predictions(pred_path, scoring)
+    gold = load_bird_gold(files.gold, files.diff_json)
+    preds = load_bird_predictions(files.pred, scoring)
     timeout_s = timeout_s if timeout_s is not None else (sc.timeout_s or 30.0)
     if max_rows is None:
         max_rows = 0 if mode == "set" else DEFAULT_MAX_ROWS
     for key, reason in preds.malformed:
-        log.warning("%s: entry %r: %s; scored 0", pred_path, key, reason)
+        log.warning("%s: entry %r: %s; scored 0", files.pred, key, reason)
     items, other_db = [], 0
     paired = _paired(preds, len(gold), sc)
     for rec, entry in zip(gold, paired):
@@ -280,9 +290,9 @@ def score_bird(pred_path: str | Path, gold_path: str | Path, db_root: str | Path
             other_db += 1  # original release and kit: both SQLs run on the database the prediction names
         db_id = db_id or rec["db_id"]
         items.append((sql_to_run(sql, sc) if entry is not None else "", rec["SQL"],
-                      Path(db_root) / db_id / f"{db_id}.sqlite"))
-    scores = score_batch(items, mode=mode, timeout_s=timeout_s, workers=workers, max_rows=max_rows,
-                         max_result_bytes=max_result_bytes, progress=progress, strict_utf8=sc.strict_utf8)
+                      Path(files.db_root) / db_id / f"{db_id}.sqlite"))
+    scores = score_batch(items, mode=mode, timeout_s=timeout_s, workers=workers, progress=progress,
+                         reading=ResultReading(max_rows, max_result_bytes, sc.strict_utf8))
     table = bird_ex_by_difficulty(scores, [rec.get("difficulty", "") for rec in gold])
     return BirdReport(list(scores), table, missing=sum(1 for e in paired if e is None),
                       malformed=len(preds.malformed), other_db=other_db,
@@ -313,8 +323,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, tuple[float, int]]:
     ap.add_argument("--workers", type=int, default=0)
     args = ap.parse_args(argv)
     try:
-        report = score_bird(args.pred, args.gold, args.db_root, args.compare, args.timeout, args.max_rows,
-                            int(args.max_result_mb * 1e6), args.workers, args.diff_json, scoring=args.mode)
+        report = score_bird(BirdFiles(args.pred, args.gold, args.db_root, args.diff_json), args.compare, args.timeout,
+                            args.max_rows, int(args.max_result_mb * 1e6), args.workers, scoring=args.mode)
     except (OSError, ValueError) as e:  # an unusable input file: its name and the reason, no traceback
         raise SystemExit(f"error: {e}") from None
     table = report.table

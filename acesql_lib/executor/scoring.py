@@ -50,7 +50,7 @@ import re
 import typing
 from dataclasses import dataclass
 
-from ..config.settings import Scoring
+from ..config.choices import Scoring
 
 SCORINGS = typing.get_args(Scoring)  # declared once, in config (eval.scoring)
 # What a prediction with no statement is replaced by under a rule that runs it: no rows, any width.

@@ -1,6 +1,6 @@
 """What a worker runs: one (db, gold) group of predictions, or one statement whose rows come back,
 each SQL phase (a gold's execution; a prediction's shape probe, execution and comparison) under one
-deadline published through `_Clock`, so the parent can stop a worker that overruns it (workers.py)."""
+deadline published through `_Clock`, so the parent can stop a worker that overruns it (pools.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .compare import ComparisonTimeout, rows_match
-from .sandbox import DEFAULT_RESULT_BYTES, ExecResult, execute_here, result_width
+from .sandbox import ExecResult, ResultReading, execute_here, result_width
 
 HARD_FACTOR = 1.1  # a worker still inside one SQL phase at 1.1 x its deadline (+ margin) is killed
 HARD_MARGIN_S = 0.05
@@ -51,11 +51,9 @@ class _Task:
     permute_columns: bool
     order_matters: bool
     timeout_s: float
-    max_rows: int
-    max_result_bytes: int = DEFAULT_RESULT_BYTES
+    reading: ResultReading  # the caps, and whether invalid UTF-8 is an error (scoring.ScoringRule)
     gold_known: tuple[str, str] | None = None  # (status, error) when the gold already failed
     kind: str = "score"
-    strict_utf8: bool = False  # invalid UTF-8 text in a result is an error, not U+FFFD (scoring.ScoringRule)
 
 
 class _Clock:
@@ -88,8 +86,8 @@ def _execute(task: _Task, sql: str, deadline: float, probe_width: int | None = N
         if got is not None and got != probe_width:
             return ExecResult("wrong_shape", error=f"returns {got} column(s), not as many as the gold: cannot "
                                                    "match, so it was compiled but not run")
-    return execute_here(task.db_path, sql, task.timeout_s, task.max_rows, task.max_result_bytes, deadline=deadline,
-                        role=role, strict_utf8=task.strict_utf8, held=task.kind == "rows")
+    return execute_here(task.db_path, sql, task.timeout_s, task.reading, deadline=deadline, role=role,
+                        held=task.kind == "rows")
 
 
 def _timed_execute(task: _Task, sql: str, clock: _Clock, role: str = "pred") -> ExecResult:
@@ -105,8 +103,7 @@ def _gold_result(task: _Task, clock: _Clock) -> ExecResult:
     """The gold's result, run on the gold's own connection (role "gold"), never a prediction's."""
     try:
         st = os.stat(task.db_path)
-        key = (os.path.abspath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.max_rows,
-               task.max_result_bytes, task.strict_utf8)
+        key = (os.path.abspath(task.db_path), st.st_ino, st.st_mtime_ns, task.gold_sql, task.reading)
     except OSError:
         key = None
     if key is not None and key in _GOLD_CACHE:

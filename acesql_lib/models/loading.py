@@ -20,7 +20,7 @@ import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
                           PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM)
 
-from ..config.settings import ModelConfig
+from ..config.model import ModelConfig
 
 IM_START, IM_END, END_OF_TEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config.settings import REPO_ROOT
+from ..config.paths import REPO_ROOT
 
 CPU_REQUIREMENTS = REPO_ROOT / "requirements-dev.txt"
 GPU_IN = REPO_ROOT / "requirements-gpu.in"

@@ -26,8 +26,9 @@ from typing import Any
 
 from ..data.checksums import (SET_BENCHMARKS, DigestCache, default_cache, digest_of, load_manifest, preflight_rows,
                               profile_benchmarks)
-from ..config.settings import REPO_ROOT, Config, load_config, parse_overrides
-from ..config.paths import TIMES_NAME, Paths, resolve
+from ..config.profiles import load_config, parse_overrides
+from ..config.settings import Config
+from ..config.paths import Paths, REPO_ROOT, TIMES_NAME, resolve
 
 CARD_JSON, CARD_MD = "run_card.json", "run_card.md"
 UNKNOWN = "unknown"
@@ -76,7 +77,7 @@ def environment(cfg: Config, lock: Path | None = None) -> dict[str, Any]:
     """The installed distributions against the profile's lock (`preflight.pin_file`): a digest of every installed
     `name==version`, and each pinned package installed at another version or not at all."""
     from .pins import canonical, read_pins
-    from .preflight import pin_file
+    from .preflight_packages import pin_file
 
     lock = Path(lock) if lock is not None else pin_file(cfg)
     installed: dict[str, str] = {}
@@ -120,7 +121,7 @@ def _nvidia_driver() -> str:
 
 def hardware() -> dict[str, Any]:
     """CPU model and counts, memory, and each CUDA device (name, memory) with the driver and torch's CUDA version."""
-    from .preflight import _ram_bytes, gpu_info
+    from .preflight_memory import gpu_info, ram_bytes
 
     try:
         usable = len(os.sched_getaffinity(0))
@@ -128,7 +129,7 @@ def hardware() -> dict[str, Any]:
         usable = os.cpu_count()
     gpus = gpu_info()
     card: dict[str, Any] = {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "cpus_usable": usable,
-                            "memory_gib": round(_ram_bytes() / 1024 ** 3, 1), "machine": platform.machine(),
+                            "memory_gib": round(ram_bytes() / 1024 ** 3, 1), "machine": platform.machine(),
                             "system": platform.platform(), "gpus": [{"name": n, "memory_gib": round(b / 1024 ** 3, 1)}
                                                                     for n, b in gpus]}
     if gpus:

@@ -28,8 +28,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..config.settings import REPO_ROOT, ConfigError, load_config, parse_overrides
-from ..config.paths import TIMES_NAME, Paths
+from ..config.checks import ConfigError
+from ..config.profiles import load_config, parse_overrides
+from ..config.paths import Paths, REPO_ROOT, TIMES_NAME
 from ..runtime.warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -203,39 +204,59 @@ def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = 
     return NotebookRun(nb.stem, time.perf_counter() - t0, "ok", str(out))
 
 
-def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides: dict[str, Any] | None = None,
-                 kernel: str = "python3", progress: bool = True, reports_dir: Path | None = None,
-                 notebook_dir: Path = NOTEBOOK_DIR, progress_every_s: float = 10.0, echo_all: bool = False,
-                 emit: Any = None, calibrate: bool = True, warm_next: bool = True) -> list[NotebookRun]:
-    """Run the notebooks in order; the kernels' progress is relayed (`ProgressRelay`) unless `progress` is off.
-    With `warm_next`, each notebook's kernel is started, and imports the notebook's modules, while the notebook
-    before it runs (acesql_lib/runtime/warm_kernel.py); off, each kernel starts when its notebook does.
+@dataclass(frozen=True)
+class PipelineOptions:
+    """How `run_pipeline` runs the notebooks, never what they compute.
 
-    The per-notebook wall times go to `pipeline_times.json` (and a line each to `pipeline.jsonl`)
-    under the reports folder, also when a notebook fails; with `calibrate`, beside the calibration
-    workload's time before and after the run (a few seconds; `acesql_lib.runtime.calibration`).
+    `kernel` names the Jupyter kernel; the kernels' progress is relayed (`ProgressRelay`, a line per bar every
+    `progress_every_s` seconds through `emit`, every printed line with `echo_all`) unless `progress` is off.
+    `reports_dir` replaces the profile's reports folder, `notebook_dir` the notebooks' folder. With `calibrate`,
+    the wall times are written beside the calibration workload's time before and after the run (a few seconds;
+    `acesql_lib.runtime.calibration`). With `warm_next`, each notebook's kernel is started, and imports the
+    notebook's modules, while the notebook before it runs (acesql_lib/runtime/warm_kernel.py); off, each kernel
+    starts when its notebook does.
+    """
+
+    kernel: str = "python3"
+    progress: bool = True
+    reports_dir: Path | None = None
+    notebook_dir: Path = NOTEBOOK_DIR
+    progress_every_s: float = 10.0
+    echo_all: bool = False
+    emit: Any = None
+    calibrate: bool = True
+    warm_next: bool = True
+
+
+def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides: dict[str, Any] | None = None,
+                 options: PipelineOptions = PipelineOptions()) -> list[NotebookRun]:
+    """Run the notebooks of `profile` (with `overrides`) in order, all or those `only` names, the way `options`
+    says (`PipelineOptions`). The per-notebook wall times go to `pipeline_times.json` (and a line each to
+    `pipeline.jsonl`) under the reports folder, also when a notebook fails, then the run card.
     """
     cfg = load_config(profile, overrides)  # fail fast on a bad profile, before any kernel starts
     paths = Paths.from_config(cfg)
-    reports = reports_dir or paths.reports
+    reports = options.reports_dir or paths.reports
     executed = reports / "executed"
     executed.mkdir(parents=True, exist_ok=True)
     log_path = reports / "pipeline.jsonl"
-    books = pipeline_notebooks(only, notebook_dir)
+    books = pipeline_notebooks(only, options.notebook_dir)
     runs: list[NotebookRun] = []
     started = time.time()
-    cal_start = _calibration() if calibrate else None
-    bar = tqdm(books, desc=f"pipeline[{cfg.profile}]", unit="notebook", disable=not progress)
+    cal_start = _calibration() if options.calibrate else None
+    bar = tqdm(books, desc=f"pipeline[{cfg.profile}]", unit="notebook", disable=not options.progress)
     warm: WarmKernel | None = None  # the kernel started ahead for the notebook about to run
     try:
         for i, nb in enumerate(bar):
             bar.set_postfix_str(nb.stem)
             params = {"profile": profile, "overrides": overrides or {}}
-            relay = ProgressRelay(nb.stem, emit, progress_every_s, echo_all) if progress else None
+            relay = ProgressRelay(nb.stem, options.emit, options.progress_every_s, options.echo_all) \
+                if options.progress else None
             mine = warm  # if the next kernel fails to start, `warm` still holds this one, shut down below
-            warm = WarmKernel(books[i + 1], kernel, kernel_env()) if warm_next and i + 1 < len(books) else None
-            run = run_notebook(nb, executed / nb.name, params, kernel=kernel, progress=progress, relay=relay,
-                               warm=mine)
+            ahead = options.warm_next and i + 1 < len(books)
+            warm = WarmKernel(books[i + 1], options.kernel, kernel_env()) if ahead else None
+            run = run_notebook(nb, executed / nb.name, params, kernel=options.kernel, progress=options.progress,
+                               relay=relay, warm=mine)
             runs.append(run)
             with log_path.open("a") as f:
                 f.write(json.dumps({"time": time.time(), "profile": cfg.profile, **run.__dict__}) + "\n")
@@ -334,9 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     reports = Paths.from_config(load_config(args.profile, overrides)).reports
     t0 = time.perf_counter()
     try:
-        runs = run_pipeline(args.profile, args.only, overrides, args.kernel, progress=not args.no_progress,
-                            progress_every_s=args.progress_every, echo_all=args.log_output,
-                            warm_next=not args.cold_kernels)
+        runs = run_pipeline(args.profile, args.only, overrides, PipelineOptions(
+            kernel=args.kernel, progress=not args.no_progress, progress_every_s=args.progress_every,
+            echo_all=args.log_output, warm_next=not args.cold_kernels))
     except NotebookFailed as e:
         print(f"\nFAILED: {e}", file=sys.stderr)
         print(f"wall times so far in {reports / TIMES_NAME}", file=sys.stderr)

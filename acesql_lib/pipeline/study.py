@@ -26,9 +26,9 @@ from typing import Any
 
 from ..runtime.progress import tqdm
 
-from ..config.settings import REPO_ROOT, load_config, parse_overrides
+from ..config.profiles import load_config, parse_overrides
 from ..runtime.reuse_keys import code_hash, settings_hash
-from ..config.paths import EVAL_CACHE
+from ..config.paths import EVAL_CACHE, REPO_ROOT
 
 SHARED_NOTEBOOKS = ["00", "01", "02", "03"]
 SEED_NOTEBOOKS = ["04", "05", "06"]
@@ -91,7 +91,7 @@ def run_study(profile: str = "tiny", seeds: list[int] | None = None, overrides: 
               name: str = "", progress: bool = True) -> Path:
     """Run (or resume) the study; returns `reports/<study>/`."""
     from ..models.loading import model_tag
-    from .runner import run_pipeline
+    from .runner import PipelineOptions, run_pipeline
     from ..config.paths import ReportDirs
     from ..reports import ReportInputs, build_figures, build_tables
 
@@ -105,7 +105,8 @@ def run_study(profile: str = "tiny", seeds: list[int] | None = None, overrides: 
     settings = part_settings(profile, overrides, None)
     if not is_done(run_root, settings):
         t0 = time.perf_counter()
-        run_pipeline(profile, SHARED_NOTEBOOKS, shared, progress=progress, reports_dir=reports_root / "shared")
+        run_pipeline(profile, SHARED_NOTEBOOKS, shared,
+                     PipelineOptions(progress=progress, reports_dir=reports_root / "shared"))
         mark_done(run_root, settings, time.perf_counter() - t0)
     bar.update(1)
     start = model_tag(run_root / "models" / "sft")
@@ -116,8 +117,8 @@ def run_study(profile: str = "tiny", seeds: list[int] | None = None, overrides: 
         seed_dir = run_root / f"seed-{k}"
         link_shared(seed_dir, run_root)
         t0 = time.perf_counter()
-        run_pipeline(profile, SEED_NOTEBOOKS, seed_overrides(overrides, run_root, reports_root, k), progress=progress,
-                     reports_dir=reports_root / f"seed-{k}")
+        run_pipeline(profile, SEED_NOTEBOOKS, seed_overrides(overrides, run_root, reports_root, k),
+                     PipelineOptions(progress=progress, reports_dir=reports_root / f"seed-{k}"))
         mark_done(seed_dir, part_settings(profile, overrides, k, start), time.perf_counter() - t0)
         bar.update(1)
     bar.close()

@@ -65,13 +65,15 @@ from ..data.tinyworld import TinyWorld
 KIT_VERSION = 5  # bump when the recipe changes in a way neither the config nor the code hash can see
 # The base model's reuse key (`base_settings`) holds the code of this module and of every module it imports
 # (reuse_keys.imported_modules: recipe, tokenizer and model, SFT, prompt and schema text, values, column sets, data
-# loading, the tiny world), less the modules that do not shape the weights: `config`, whose values are the
-# settings the key holds (its code only loads and checks them), `evaluate`, which `main --evaluate` runs on a
-# built base, and `shipped_base` and `reuse_keys`, which decide whether a base is copied or built, never what a
-# build makes. Filtering chooses the questions left out with `model.tiny.holdout_stage1` only; otherwise its code
+# loading, the tiny world), less the modules that do not shape the weights: `config`'s settings modules, whose
+# values are the settings the key holds (their code only declares, loads and checks them), `evaluate`, which
+# `main --evaluate` runs on a built base, and `shipped_base` and `reuse_keys`, which decide whether a base is
+# copied or built, never what a build makes. Filtering chooses the questions left out with `model.tiny.holdout_stage1` only; otherwise its code
 # is left out too.
 BUILD_ENTRY = ("pipeline.tinybase",)
-BUILD_LEAVES_OUT = ("config.settings", "evaluation.evaluate", "pipeline.shipped_base", "runtime.reuse_keys")
+BUILD_LEAVES_OUT = ("config.settings", "config.data", "config.model", "config.train", "config.eval", "config.choices",
+                    "config.checks", "config.profiles", "evaluation.evaluate", "pipeline.shipped_base",
+                    "runtime.reuse_keys")
 HOLDOUT_MODULES = ("data.filtering",)
 
 
@@ -419,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
                          "copy's code and from this code, that are byte for byte the same (shipped_base.rekey)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     args = ap.parse_args(argv)
-    from ..config.settings import parse_overrides
+    from ..config.profiles import parse_overrides
 
     ctx = RunContext.create(args.profile, parse_overrides(args.set))
     if args.rekey:

@@ -17,7 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import Config, load_config
+from ..config.profiles import load_config
+from ..config.settings import Config
 from ..config.paths import Paths, ReportDirs
 from ..evaluation.stats import Interval, percent  # noqa: F401
 # Re-exported: every public name (and the two helpers claims and tests use) lives in a submodule.

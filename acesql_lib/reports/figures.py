@@ -71,8 +71,7 @@ def _variant_colors(variants: Iterable[str]) -> dict[str, Any]:
 
 
 def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, profile: str, title: str,
-                 ylabel: str, scale: float = 1.0, style: str = "-", label_suffix: str = "",
-                 smooth: bool = False) -> bool:
+                 ylabel: str, scale: float = 1.0, smooth: bool = False) -> bool:
     """One line per GRPO variant (raw thin, moving average bold when long); says so when nothing was logged.
 
     `smooth`: a per-step quantity measured on a handful of samples (a share of a few rollouts jumps
@@ -103,11 +102,10 @@ def _plot_curves(ax: plt.Axes, logs: dict[str, list[dict[str, Any]]], key: str, 
             w = max(w, 3, len(x) // 8)
             note = f" (mean of {w} steps)"
         if w:
-            ax.plot(x, y, style, color=c, alpha=0.25, lw=0.8)
+            ax.plot(x, y, "-", color=c, alpha=0.25, lw=0.8)
             y = np.convolve(np.pad(y, (w // 2, w - 1 - w // 2), mode="edge"), np.ones(w) / w, mode="valid")
         marker = "o" if not w else None
-        ax.plot(x, y, style, color=c, lw=1.5, marker=marker, ms=3,
-                label=f"{variant}{label_suffix}{note}{label_suffix_seeds}")
+        ax.plot(x, y, "-", color=c, lw=1.5, marker=marker, ms=3, label=f"{variant}{note}{label_suffix_seeds}")
         drawn = True
     if drawn and ax.texts:  # an earlier series of this panel was missing: the panel is not empty after all
         for t in list(ax.texts):

@@ -14,8 +14,7 @@ from typing import Any, Iterable
 import numpy as np
 import yaml
 
-from ..config.settings import REPO_ROOT
-from ..config.paths import MAIN_VARIANT, grpo_metrics_name
+from ..config.paths import MAIN_VARIANT, REPO_ROOT, grpo_metrics_name
 from ..evaluation.stats import percent
 
 log = logging.getLogger(__name__)

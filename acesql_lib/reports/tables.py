@@ -11,7 +11,8 @@ import numpy as np
 
 from ..evaluation import stats
 from ..evaluation.baselines.protocols import KIT_PROTOCOL
-from ..config.settings import BIRD_DEV_VERSION, Config
+from ..config.eval import BIRD_DEV_VERSION
+from ..config.settings import Config
 from ..evaluation.stats import Interval
 from .inputs import NOT_REPORTED, SET_LABELS, ReportInputs, _num, load_paper_results, not_run
 

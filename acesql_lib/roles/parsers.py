@@ -1,7 +1,7 @@
 """The parsers evaluation reads completions with (§5 is silent; `eval.retriever_parser`, `eval.generator_parser`).
 
 "authors" (paper profile) follows the authors' evaluation scripts, which differ from their
-training parsers (prompts module docstring): EVAL/retriever_infer.py extracts the answer,
+training parsers (answers module docstring): EVAL/retriever_infer.py extracts the answer,
 EVAL/merge_retriever_outputs.py and EVAL/src/utils/schema_utils.py read its items,
 EVAL/generate_sql_prompts.py re-parses the raw completion when nothing matched, and
 EVAL/sql_infer.py extracts the SQL. "kit" is the kit's training parser with the kit's rules.
@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from .prompts import (AUTHORS_LIST, GeneratorParse, RetrieverParse, authors_index, parse_generator, parse_retriever,
+from .answers import (AUTHORS_LIST, GeneratorParse, RetrieverParse, authors_index, parse_generator, parse_retriever,
                       split_on_commas)
 
 _AUTHORS_FIRST_LIST = re.compile(r"\[([^\[\]]*)\]", re.DOTALL)
@@ -70,7 +70,7 @@ def parse_retriever_eval(text: str, schema: Any, truncated: bool = False, parser
     """The column set evaluation prunes the schema with (`eval.retriever_parser`).
 
     "authors": the authors' evaluation pipeline (module docstring); the format flags are those
-    of their training gate, reported only. "kit": the kit's training parser (prompts.parse_retriever).
+    of their training gate, reported only. "kit": the kit's training parser (answers.parse_retriever).
     """
     if parser == "kit":
         return parse_retriever(text, schema, truncated, prefilled_think, rules="kit")

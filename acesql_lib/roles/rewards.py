@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from .prompts import GeneratorParse, RetrieverParse, parse_generator, parse_retriever
+from .answers import GeneratorParse, RetrieverParse, parse_generator, parse_retriever
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ notebook code, no parameters, no history (`store_history=False`, so the first ce
 
 What differs from a cold kernel: warnings a module emits when imported are not shown (the pre-import's output
 is not kept; a cold kernel prints them in the first cell), and two kernels are alive at once for a while (one
-more Python process with torch imported, ~0.4 GB). `run_pipeline(warm_next=False)` (`--cold-kernels`) runs
+more Python process with torch imported, ~0.4 GB). `PipelineOptions(warm_next=False)` (`--cold-kernels`) runs
 every notebook in a kernel started for it, as papermill does on its own.
 """
 from __future__ import annotations

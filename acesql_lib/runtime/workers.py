@@ -9,7 +9,7 @@ process gives, bit for bit, what it gives after other jobs in one process. The w
 passively (`OMP_WAIT_POLICY=PASSIVE`), which changes how they idle, not what they compute: spinning, two workers
 of two threads on 2 cores burn the cores each other needs and take longer than one process. Where several workers
 share the cores, each decodes with the HF engine at its share of this process's threads (`DECODE_THREADS` in its
-environment, read by `engines.decode_threads`; decoded tokens do not depend on the thread count), so no worker
+environment, read by `hf_engine.decode_threads`; decoded tokens do not depend on the thread count), so no worker
 waits on a thread whose core another worker holds, and keeps them all for the rest; every result the same.
 
 A job is a function of the kit named `module:function` and its keyword arguments, written to a job file (a pickle
@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from .progress import tqdm
 
-# A worker's torch threads for the HF engine's decoding (engines.decode_threads), in its environment where several
+# A worker's torch threads for the HF engine's decoding (hf_engine.decode_threads), in its environment where several
 # workers share the cores: two workers of two threads each on 2 cores wait on each other's threads.
 DECODE_THREADS = "ACESQL_DECODE_THREADS"
 

@@ -26,7 +26,8 @@ from ..runtime.reuse_keys import settings_hash
 from ..data.datasets import Example
 from ..executor import execute
 from ..roles.pool import ColumnSetPool
-from ..roles.prompts import generator_messages, parse_think, retriever_messages, retriever_target
+from ..roles.answers import parse_think
+from ..roles.prompts import generator_messages, retriever_messages, retriever_target
 from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from ..data.task import Task, build_tasks
 from ..data.routes import route_share

@@ -33,7 +33,8 @@ import torch
 from ..runtime.progress import phase_bar, tqdm, waiting
 
 from . import checkpoint as ckpt
-from ..config.settings import AuthorsOrKit, Config
+from ..config.choices import AuthorsOrKit
+from ..config.settings import Config
 from .data_order import epoch_order
 from .grpo_metrics import MetricsLog, pcgrad_rows, role_metrics, rollout_metrics
 from .grpo_validation import SavedStartValidation, start_key, validation_metrics, validation_scores
@@ -124,7 +125,8 @@ class JointGRPO:
         self.out = Path(out_dir)
         self.progress = progress and self.acc.is_main_process
         self.penalty = LengthPenalty.from_config(self.grpo)
-        self.total_steps = total_steps(len(self.tasks), self.grpo.batch_questions, self.grpo.epochs, self.grpo.max_steps)
+        self.total_steps = total_steps(len(self.tasks), self.grpo.batch_questions, self.grpo.epochs,
+                                       self.grpo.max_steps)
         optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=self.grpo.learning_rate,
                                       weight_decay=self.grpo.weight_decay)
         warmup = warmup_steps(self.grpo.warmup_ratio, self.total_steps, self.grpo.schedule)
@@ -291,7 +293,7 @@ class JointGRPO:
                           pool_weights: dict[frozenset[str], float]) -> float:
         if self.grpo.retriever_reward == "dense":  # ablation, authors' formula on the pool after this step's adds
             return authors_dense_retriever_reward(parse, pool_weights, r.task.gold_columns or frozenset())
-        if self.grpo.retriever_reward == "dense_kit":  # ablation: coverage minus noise against the top target (gold if none)
+        if self.grpo.retriever_reward == "dense_kit":  # ablation: coverage minus noise against the top target (or gold)
             target = targets[0] if targets else (r.task.gold_columns or frozenset())
             return dense_retriever_reward(parse, target, n_tokens, penalty=self.penalty)
         return retriever_reward(parse, targets, n_tokens, self.penalty)
@@ -458,7 +460,8 @@ class JointGRPO:
         final = self.out / "final"
         # a finished run called again (notebook 06's full variant) leaves its final folder as it is, so the
         # model keeps its identity (`models.model_tag`) and its evaluations are read back, not redone
-        if self.state.step >= self.total_steps and (self.state.step > first_step or not (final / "config.json").is_file()):
+        fresh = self.state.step > first_step or not (final / "config.json").is_file()
+        if self.state.step >= self.total_steps and fresh:
             self._save_final_model(final)
         if self.state.step > first_step and self.acc.is_main_process:
             # the time outside the steps (benchmarks/pipeline_time.py); the steps' own is in metrics.jsonl

@@ -76,9 +76,9 @@ def _without_overlong(tasks: list[Task], tokenizer: Any, cfg: Config, name: str)
     kept, dropped = drop_overlong(tasks, tokenizer, cfg.grpo.max_prompt_tokens, cfg.model.prompt_style,
                                   cfg.engine.enable_thinking)
     if dropped:
+        ids = f"{[t.qid for t in dropped][:5]}{' ...' if len(dropped) > 5 else ''}"
         warnings.warn(f"{len(dropped)} of {len(tasks)} {name} questions dropped: retriever prompt over "
-                      f"grpo.max_prompt_tokens = {cfg.grpo.max_prompt_tokens} tokens (ids {[t.qid for t in dropped][:5]}"
-                      f"{' ...' if len(dropped) > 5 else ''})", stacklevel=2)
+                      f"grpo.max_prompt_tokens = {cfg.grpo.max_prompt_tokens} tokens (ids {ids})", stacklevel=2)
     if name == "RL" and not kept:
         raise ValueError(f"every RL question's retriever prompt is over grpo.max_prompt_tokens = "
                          f"{cfg.grpo.max_prompt_tokens} tokens; raise it")
@@ -129,7 +129,8 @@ def load_questions(cfg: Config, paths: Any, tokenizer: Any) -> RLQuestions:
     from .pool_init import initial_pool
 
     tasks, val_tasks = load_rl_tasks(cfg, paths)
-    tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name) for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
+    tasks, val_tasks = (_without_overlong(ts, tokenizer, cfg, name)
+                        for ts, name in ((tasks, "RL"), (val_tasks, "validation")))
     return RLQuestions(tasks, initial_pool(cfg, paths, [*tasks, *val_tasks]), val_tasks)
 
 
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="config overrides")
     ap.add_argument("--stop-after", type=int, default=None, help="stop after this many steps (a resumable pause)")
     args = ap.parse_args(argv)
-    from ..config.settings import parse_overrides
+    from ..config.profiles import parse_overrides
 
     overrides = {**ABLATIONS[args.variant], **parse_overrides(args.set)}
     ctx = RunContext.create(args.config, overrides)

@@ -34,8 +34,8 @@ def validation_scores(rollouts: Sequence[QuestionRollout], pool: ColumnSetPool) 
     def exact(parse: Any, r: QuestionRollout) -> int:
         return int(bool(parse.columns) and parse.columns in (pool.targets(r.task.qid) or [r.task.gold_columns]))
 
-    return [(r.n_correct / len(r.generator.parses), sum(exact(p, r) for p in r.retriever.parses) / len(r.retriever.parses))
-            for r in rollouts]
+    return [(r.n_correct / len(r.generator.parses),
+             sum(exact(p, r) for p in r.retriever.parses) / len(r.retriever.parses)) for r in rollouts]
 
 
 def validation_metrics(scores: Sequence[tuple[float, float]]) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """The paper's `accelerate launch` files, and their CPU rehearsal from the same files.
 
-    python -m acesql_lib.train.launch configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config paper        # 4 GPUs
+    python -m acesql_lib.train.launch configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config paper  # 4 GPUs
     python -m acesql_lib.train.launch --cpu configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config rehearsal
 
 The first is `accelerate launch --config_file configs/accelerate/fsdp.yaml -m acesql_lib.train.grpo_run --config paper`

@@ -46,7 +46,8 @@ from typing import Iterable, NamedTuple, Sequence
 
 import torch
 
-from ..config.settings import GRPOConfig, PCGradMode
+from ..config.choices import PCGradMode
+from ..config.train import GRPOConfig
 
 PCGRAD_MODES = typing.get_args(PCGradMode)  # declared once, in config
 _TINY = 1e-30

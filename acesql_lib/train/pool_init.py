@@ -6,7 +6,7 @@ exactly that set (a set some rollout used keeps its count); "sft_rollouts" = the
 "union" and "static_gold" as in `pool.py`; "authors_file" = the authors' released pool itself.
 With `data.stage1_source: authors` every mode but "static_gold" reads the released pool.
 
-The gold rule is read off the released `initial_pool.json` (`authors_release.pool_statistics`): on the 40
+The gold rule is read off the released `initial_pool.json` (`initial_pool.pool_statistics`): on the 40
 released validation rows the gold set is present 40/40, at 0.5 on the 8 rows where it is not among
 the rollout sets and at its integer rollout count on the other 32; 471 of the 2,953 questions hold
 exactly one 0.5 weight, none two. A rollout-backed set (weight >= 1, decayed alike) therefore
@@ -17,8 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..authors.release import (index_names, pool_from_release, pool_key, read_pool,
-                               release_dir, release_file, release_names)
+from ..authors.initial_pool import pool_from_release, read_pool
+from ..authors.release import release_dir, release_names
+from ..authors.release_files import index_names, pool_key, release_file
 from ..config.paths import resolve
 from ..roles.pool import ColumnSetPool
 from ..data.task import Task

@@ -15,13 +15,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..config.settings import Truncation
-from ..models.engines import Completion, Engine, stop_token_ids, within_context
+from ..config.choices import Truncation
+from ..models.completions import Completion, Engine, stop_token_ids, within_context
 from ..roles.parsers import parse_generator_eval, parse_retriever_eval
-from ..executor import score_batch
+from ..executor import ResultReading, score_batch
 from ..executor.scoring import rule as scoring_rule, sql_to_run
 from ..runtime.progress import tqdm
-from ..roles.prompts import generator_messages, parse_generator, parse_retriever, retriever_messages
+from ..roles.answers import parse_generator, parse_retriever
+from ..roles.prompts import generator_messages, retriever_messages
 from ..data.routes import is_match
 from ..data.task import Task
 from ..runtime.timing import phase
@@ -254,7 +255,7 @@ GeneratorParser = Callable[[Completion, Task], Any]
 
 def training_parsers(max_new_tokens: int, think_rule: str = "authors", retriever_parser: str = "authors",
                      truncation: str = "length") -> tuple[RetrieverParser, GeneratorParser]:
-    """The rollout parsers of distillation and GRPO (`prompts.parse_retriever` / `parse_generator`)."""
+    """The rollout parsers of distillation and GRPO (`answers.parse_retriever` / `parse_generator`)."""
     cut = lambda c: is_truncated(c, max_new_tokens, truncation)  # noqa: E731
     return (lambda c, t: parse_retriever(c.text, t.schema, truncated=cut(c), rules=retriever_parser,
                                          think_rules=think_rule),
@@ -416,7 +417,7 @@ def execute_rollouts(rollouts: Sequence[QuestionRollout], compare_mode: str = "m
               r.task.example.db_path) for r in rollouts for p in r.generator.parses]
     with phase("execution"):
         scores = score_batch(items, mode=compare_mode, timeout_s=timeout_s, workers=workers,
-                             progress=progress, strict_utf8=sc.strict_utf8) if items else []
+                             progress=progress, reading=ResultReading(strict_utf8=sc.strict_utf8)) if items else []
     k = 0
     for r in rollouts:
         n = len(r.generator.parses)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
 
-from ..config.settings import SFTConfig
+from ..config.train import SFTConfig
 from ..models.loading import LoraSpec, apply_lora
 
 LOG_NAME = "sft_log.jsonl"
@@ -428,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> SFTResult:
 
 
 def _main(argv: Sequence[str] | None) -> SFTResult:
-    from ..config.settings import load_config
+    from ..config.profiles import load_config
     from ..models.loading import load_policy, training_dtype
 
     ap = argparse.ArgumentParser(description="Mixed SFT (§3.3) of the policy on retriever + generator samples.")

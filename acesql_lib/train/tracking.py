@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config.settings import TRACKERS
+from ..config.choices import TRACKERS
 
 PROJECT = "acesql"
 

@@ -7,10 +7,11 @@ with the kit's executor and scoring rule, written under `runs/<profile>/eval/bas
 """
 from .protocols import BASELINES, KIT_PROTOCOL, PAPER_METHODS, PROTOCOLS, Decoding, Protocol, estimated_hours, \
     last_sql_block, protocol, release_question
-from .run import (BASELINES_DIR, add_baseline_arguments, baseline_dir, evaluate_release, kit_baseline_metrics,
-                  majority_vote, print_baseline_results, release_config)
+from .run import (BASELINES_DIR, ReleaseRun, add_baseline_arguments, baseline_dir, evaluate_release,
+                  kit_baseline_metrics, majority_vote, print_baseline_results, release_config)
 
 __all__ = ["BASELINES", "BASELINES_DIR", "Decoding", "KIT_PROTOCOL", "PAPER_METHODS", "PROTOCOLS", "Protocol",
+           "ReleaseRun",
            "add_baseline_arguments", "baseline_dir", "estimated_hours", "evaluate_release", "kit_baseline_metrics",
            "last_sql_block", "majority_vote", "print_baseline_results", "protocol", "release_config",
            "release_question"]

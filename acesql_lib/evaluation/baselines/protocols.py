@@ -193,7 +193,7 @@ def estimated_hours(name: str, n_questions: int, gpus: int = 1, decoding: str | 
     """At most this many hours to evaluate `n_questions` under baseline `name` on `gpus` GPUs: every sample
     at its full budget, at the preflight's engine throughput (`schedule.ROLLOUT_TOKENS_PER_HOUR` on the
     paper's 4 GPUs for an 8B model), scaled by the model's size."""
-    from ...config.settings import EvalConfig
+    from ...config.eval import EvalConfig
     from ...train.schedule import PAPER_GPUS, PAPER_PARAMS, ROLLOUT_TOKENS_PER_HOUR
 
     if name == KIT_PROTOCOL:  # two greedy passes: retriever and generator budgets of the paper profile

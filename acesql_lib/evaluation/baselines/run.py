@@ -21,10 +21,12 @@ import json
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...config.settings import Config, EvalSet
+from ...config.eval import EvalSet
+from ...config.settings import Config
 from ..records import EvalResult, ex_by_difficulty, write_outputs
 from ...config.paths import Paths, resolve
 from .omnisql_schema import db_details, db_info_from_schema, read_db_infos, sample_values
@@ -102,7 +104,7 @@ def _score(cfg: Config, examples: Sequence[Any], schemas: dict[str, Any], prompt
            outs: list[list[Any]], chosen: list[str], mode: str) -> list[Any]:
     """The kit's scoring of each chosen SQL, exactly as `evaluate` scores its generator pass."""
     from ...executor.scoring import rule as scoring_rule
-    from ...roles.prompts import GeneratorParse
+    from ...roles.answers import GeneratorParse
     from ...train.rollouts import QuestionRollout, RoleSamples, RolloutSpec
     from ...data.task import Task
 
@@ -178,16 +180,25 @@ def release_config(cfg: Config, name: str) -> Config:
     return dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_model_len=protocol(name).max_model_len))
 
 
-def evaluate_release(cfg: Config, paths: Paths, name: str, checkpoint: Any, eval_set: EvalSet, examples: Sequence[Any],
-                     schemas: dict[str, Any], decoding_name: str | None = None, max_new_tokens: int | None = None,
-                     progress: bool = True) -> dict[str, Any]:
-    """One set under release `name`'s protocol with the loaded `checkpoint` (`evaluate.LoadedCheckpoint` of
-    `release_config`); its metrics, files in `baseline_dir`. `max_new_tokens` replaces the release's budget (a
-    CPU check; the metrics say so)."""
-    proto = protocol(name)
-    decoding_name = decoding_name or proto.default_decoding
+@dataclass(frozen=True)
+class ReleaseRun:
+    """Which release is evaluated and how it decodes, as the CLI asks (`--baseline`, `--decoding`,
+    `--max-new-tokens`): its name (`protocols.BASELINES`), one of its decodings (None: its own default) and a
+    budget replacing its own (None: the release's; a smaller one is a CPU check, and the metrics say so)."""
+
+    name: str
+    decoding: str | None = None
+    max_new_tokens: int | None = None
+
+
+def evaluate_release(cfg: Config, paths: Paths, release: ReleaseRun, checkpoint: Any, eval_set: EvalSet,
+                     examples: Sequence[Any], schemas: dict[str, Any], progress: bool = True) -> dict[str, Any]:
+    """One set under the protocol of `release` (`ReleaseRun`) with the loaded `checkpoint`
+    (`evaluate.LoadedCheckpoint` of `release_config`); its metrics, files in `baseline_dir`."""
+    proto = protocol(release.name)
+    decoding_name = release.decoding or proto.default_decoding
     decoding = proto.decoding(decoding_name)
-    budget = max_new_tokens or proto.max_new_tokens
+    budget = release.max_new_tokens or proto.max_new_tokens
     start = time.perf_counter()
     _, tokenizer, engine = checkpoint.get()
     context = min(proto.max_model_len, getattr(engine, "max_model_len", None) or proto.max_model_len)
@@ -201,10 +212,10 @@ def evaluate_release(cfg: Config, paths: Paths, name: str, checkpoint: Any, eval
     records = [_record(ex, r, o, s, c) for ex, r, o, s, c in zip(examples, rolls, outs, sqls, chosen)]
     metrics = {"set": eval_set.name, "mode": mode, "scoring": cfg.eval.scoring if mode == "set" else "kit",
                "engine": engine.kind, **baseline_metrics(records),
-               **_describe(name, checkpoint.model_path, proto, decoding_name, decoding, budget, context),
+               **_describe(release.name, checkpoint.model_path, proto, decoding_name, decoding, budget, context),
                "relevant_values": proto.relevant_values and cfg.data.relevant_values,
                "seconds": time.perf_counter() - start}
-    _write(baseline_dir(paths, name, eval_set.name), eval_set.name, metrics, records)
+    _write(baseline_dir(paths, release.name, eval_set.name), eval_set.name, metrics, records)
     return metrics
 
 
