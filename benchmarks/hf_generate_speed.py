@@ -130,7 +130,7 @@ def main() -> None:
             tokens = sum(r["retriever_tokens"] + r["generator_tokens"] for r in result.records)  # gold pass not counted
             score = result.ex
         else:
-            rolls = rollout(pool_tasks, engine, tokenizer, spec, RolloutSpec.distill(cfg), style=cfg.model.prompt_style)
+            rolls = rollout(pool_tasks, engine, tokenizer, spec, RolloutSpec.distill(cfg))
             outputs = [c.token_ids for r in rolls for c in [*r.retriever.completions, *r.generator.completions]]
             tokens = sum(c.n_tokens for r in rolls for c in [*r.retriever.completions, *r.generator.completions])
             score = 100.0 * sum(sum(r.matches) for r in rolls) / max(1, sum(len(r.matches) for r in rolls))

@@ -108,8 +108,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--work", default="runs/bench_pipeline", help="the clean folder (emptied first)")
     ap.add_argument("--keep-world", action="store_true", help="reuse the profile's tiny world instead of a fresh one")
     ap.add_argument("--out", default="reports/benchmarks/pipeline_time")
-    ap.add_argument("--cold-kernels", action="store_true",
-                    help="each notebook's kernel started when it starts (the runner's warm_next off)")
     args = ap.parse_args(argv)
     work = Path(args.work) if Path(args.work).is_absolute() else REPO_ROOT / args.work
     if work.exists():
@@ -119,12 +117,12 @@ def main(argv=None) -> dict:
     if not args.keep_world:
         overrides.setdefault("data.tinyworld_dir", str(work / "tinyworld"))
     t0 = time.perf_counter()
-    runs = run_pipeline(args.profile, args.only, overrides, options=PipelineOptions(warm_next=not args.cold_kernels))
+    runs = run_pipeline(args.profile, args.only, overrides, options=PipelineOptions())
     wall = time.perf_counter() - t0
     calibration = read_calibration(reports_dir)
     print(time_table(runs, calibration))
     report = {"calibration": calibration, "profile": args.profile, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "only": args.only or "all", "warm_next": not args.cold_kernels, "overrides": parse_overrides(args.set), "fresh_world": not args.keep_world,
+              "only": args.only or "all", "overrides": parse_overrides(args.set), "fresh_world": not args.keep_world,
               "cpu_count": os.cpu_count(), "load_avg_end": os.getloadavg()[0], "wall_seconds": round(wall, 1),
               "total_seconds": round(sum(r.seconds for r in runs), 1),
               "notebooks": [{"name": r.name, "seconds": round(r.seconds, 1), "status": r.status} for r in runs],

@@ -81,7 +81,7 @@ def pytest_sessionstart(session):
     Then, in an xdist controller, the workers it is about to start are told to wait passively
     (OMP_WAIT_POLICY=PASSIVE, inherited by every process a test starts): two workers of torch's two threads
     share two cores, and OpenMP's default spin-waiting between parallel sections burns the core the other
-    worker needs (acesql_lib/runtime/workers.py does the same for its workers). The controller's own OpenMP runtime
+    worker needs. The controller's own OpenMP runtime
     has read its settings when the calibration imported torch, so the calibration keeps the default policy
     it has in `make reproduce` and benchmarks/pipeline_time.py."""
     worker = "PYTEST_XDIST_WORKER" in os.environ

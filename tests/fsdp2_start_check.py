@@ -62,7 +62,7 @@ def main(run: Path) -> dict:
     from acesql_lib.models.hf_engine import HFEngine
     from acesql_lib.train.grpo_run import build_trainer
     from acesql_lib.models.loading import load_policy
-    from acesql_lib.train.rollouts import retriever_prompt
+    from acesql_lib.train.rollouts import SamplingSpec
     from rl_setup import rl_overrides
 
     over = rl_overrides(run, **{"grpo.micro_batch_tokens": 160, "grpo.max_steps": 1, "grpo.save_every": 1000})
@@ -73,7 +73,8 @@ def main(run: Path) -> dict:
     report["policy_equals_disk"] = _equal_to_disk(trainer.model, ctx.paths.sft_model)
     report["reference_equals_disk"] = _equal_to_disk(trainer.reference, Path(ctx.cfg.grpo.reference_model))
 
-    prompts = [retriever_prompt(t, trainer.tokenizer, trainer.style) for t in trainer.tasks[:3]]
+    spec = SamplingSpec.grpo(trainer.cfg, step=1)  # the run's own prompts
+    prompts = [spec.retriever_prompt(t, trainer.tokenizer) for t in trainer.tasks[:3]]
     with trainer._generating():
         served = [g[0].token_ids for g in trainer.engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=16)]
     saved = os.environ.pop("FSDP_CPU_RAM_EFFICIENT_LOADING")  # a whole copy read from disk on this rank too

@@ -17,13 +17,14 @@ def main(run: Path, steps: int) -> dict:
     from acesql_lib.models.vllm_engine import VLLMEngine
     from acesql_lib.train.grpo_run import build_trainer
     from rl_setup import rl_overrides
-    from acesql_lib.train.rollouts import retriever_prompt
+    from acesql_lib.train.rollouts import SamplingSpec
 
     over = rl_overrides(run, **{"engine.kind": "vllm", "grpo.max_steps": steps, "grpo.val_every": 2})
     ctx = RunContext.create("tiny", over)
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert isinstance(trainer.engine, VLLMEngine), type(trainer.engine)
-    prompts = [retriever_prompt(t, trainer.tokenizer, trainer.style) for t in trainer.tasks[:8]]
+    spec = SamplingSpec.grpo(trainer.cfg, step=1)  # the run's own prompts
+    prompts = [spec.retriever_prompt(t, trainer.tokenizer) for t in trainer.tasks[:8]]
 
     def greedy(engine) -> list[list[int]]:
         return [g[0].token_ids for g in engine.generate(prompts, n=1, temperature=0.0, max_new_tokens=24)]

@@ -8,7 +8,8 @@ from acesql_lib.config.profiles import load_config
 from acesql_lib.data.datasets import load_synsql
 from acesql_lib.config.data import DataConfig
 from acesql_lib.data.task import build_tasks
-from acesql_lib.train.distill import SampledModel, build_products, run_distillation, save_products, usable
+from acesql_lib.train.distill import build_products, run_distillation, save_products, usable
+from acesql_lib.roles.prompts import retriever_messages
 from acesql_lib.models.hf_engine import HFEngine
 from acesql_lib.models.loading import build_tiny_model, train_tiny_tokenizer
 from acesql_lib.data.tinyworld import world_text
@@ -44,7 +45,7 @@ def test_products_from_fixed_rollouts(tasks):
             record(ts[2], [(False, None, 5)] * 4),  # 0 of 4: hopeless, no SFT sample
             record(ts[3], [(True, sorted(ts[3].gold_columns), 12), (False, None, 5), (False, None, 5),
                            (False, None, 5)])]  # 1 of 4
-    p = build_products(cfg, ts, recs, style="tiny")
+    p = build_products(cfg, ts, recs)
     assert p.pass_counts == {ts[0].qid: 3, ts[1].qid: 4, ts[2].qid: 0, ts[3].qid: 1}
     assert {s["role"] for s in p.sft_samples} == {"retriever", "generator"}
     assert len(p.sft_samples) == 2 * 3  # one pair per question with a correct trace
@@ -68,9 +69,8 @@ def test_validation_questions_are_held_out_of_the_sft_data(tasks):
     recs = [record(t, [(True, sorted(t.gold_columns), 12), (False, None, 5)]) for t in ts]  # all 1 of 2
     settings = {"distill.n_generator": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 1,
                 "distill.n_validation": 2}
-    held = build_products(load_config("tiny", settings), ts, recs, style="tiny")
-    kept = build_products(load_config("tiny", {**settings, "distill.sft_excludes_validation": False}), ts, recs,
-                          style="tiny")
+    held = build_products(load_config("tiny", settings), ts, recs)
+    kept = build_products(load_config("tiny", {**settings, "distill.sft_excludes_validation": False}), ts, recs)
     assert len(held.rl_validation) == 2 and held.rl_validation == kept.rl_validation
     assert held.rl_train == kept.rl_train and len(held.rl_train) == len(ts) - 2
     assert {s["qid"] for s in held.sft_samples} == set(held.rl_train)  # validation never trained on
@@ -98,7 +98,7 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
     engine = HFEngine(model, tok)
     cfg = load_config("tiny", {"distill.n_retriever": 2, "distill.n_generator": 2, "distill.max_new_tokens": 8,
                                "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2})
-    first = run_distillation(cfg, ts[:4], engine, tok, tmp_path, style="tiny", progress=False)
+    first = run_distillation(cfg, ts[:4], engine, tok, tmp_path, progress=False)
     shards = sorted((tmp_path / "shards").glob("*/shard-*.jsonl"))
     assert [p.name for p in shards] == ["shard-00000.jsonl", "shard-00001.jsonl"]
     assert [r["qid"] for r in first] == [t.qid for t in ts[:4]]
@@ -107,19 +107,19 @@ def test_interrupted_distillation_resumes_from_its_shards(tasks, tmp_path):
     lines = [json.loads(x) for x in shards[0].read_text().splitlines()]
     lines[0]["marker"] = "from disk"
     shards[0].write_text("".join(json.dumps(x) + "\n" for x in lines))
-    again = run_distillation(cfg, ts[:4], engine, tok, tmp_path, style="tiny", progress=False)
+    again = run_distillation(cfg, ts[:4], engine, tok, tmp_path, progress=False)
     assert again[0].get("marker") == "from disk"  # finished shard read back, not redone
     assert shards[1].exists() and [r["qid"] for r in again] == [t.qid for t in ts[:4]]
     # a shard whose questions no longer match (a different pool) is redone, not trusted
-    again = run_distillation(cfg, ts[1:5], engine, tok, tmp_path, style="tiny", progress=False)
+    again = run_distillation(cfg, ts[1:5], engine, tok, tmp_path, progress=False)
     assert "marker" not in again[0] and [r["qid"] for r in again] == [t.qid for t in ts[1:5]]
     # other sampling settings or another model never reuse these shards, and leave them on disk
     hotter = load_config("tiny", {"distill.n_retriever": 2, "distill.n_generator": 2, "distill.max_new_tokens": 8,
                                   "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
                                   "distill.temperature": 0.3})
-    run_distillation(hotter, ts[:2], engine, tok, tmp_path, style="tiny", progress=False)
-    run_distillation(cfg, ts[:2], engine, tok, tmp_path, style="tiny", progress=False,
-                     model=SampledModel("other-model"))
+    run_distillation(hotter, ts[:2], engine, tok, tmp_path, progress=False)
+    run_distillation(cfg, ts[:2], engine, tok, tmp_path, progress=False,
+                     model_tag="other-model")
     folders = sorted(p for p in (tmp_path / "shards").iterdir())
     assert len(folders) == 3 and shards[0].exists()
     assert {json.loads((f / "settings.json").read_text())["temperature"] for f in folders} == {0.3, cfg.distill.temperature}
@@ -139,23 +139,28 @@ def test_initial_pool_follows_the_grpo_addition_rules(tasks):
     rec["generator"][2]["sql"] = f'SELECT count(*) FROM "{table}"'  # references no column
     rec["generator"][2]["columns"] = ["anchor.pk"]  # what the kit's primary-key rule had recorded
     authors = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3})
-    assert build_products(authors, ts, [rec], style="tiny").pool.weights(t.qid) == {frozenset(g0): 1}
+    assert build_products(authors, ts, [rec]).pool.weights(t.qid) == {frozenset(g0): 1}
     kit = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3, "grpo.pool_add_gate": "match",
                                "grpo.bare_table_columns": "anchor"})
-    assert build_products(kit, ts, [rec], style="tiny").pool.weights(t.qid) == {frozenset(g0): 2,
+    assert build_products(kit, ts, [rec]).pool.weights(t.qid) == {frozenset(g0): 2,
                                                                                 frozenset(["anchor.pk"]): 1}
 
 
-def test_products_default_to_the_profiles_prompt_style(tasks):
-    """Without an explicit style, SFT prompts use model.prompt_style (once a hard-coded "paper")."""
+def test_sft_prompts_are_written_in_the_profiles_prompt_style(tasks):
+    """SFT prompts are the distillation rollouts' prompts: `model.prompt_style` through SamplingSpec.distill."""
     _, ts = tasks
     cfg = load_config("tiny", {"distill.n_generator": 1, "distill.rl_max_correct": 1})
     recs = [record(ts[0], [(True, sorted(ts[0].gold_columns), 5)])]
     assert cfg.model.prompt_style == "tiny"
-    default, tiny = build_products(cfg, ts, recs), build_products(cfg, ts, recs, style="tiny")
-    assert [s["prompt"] for s in default.sft_samples] == [s["prompt"] for s in tiny.sft_samples]
-    paper = build_products(cfg, ts, recs, style="paper")
-    assert [s["prompt"] for s in paper.sft_samples] != [s["prompt"] for s in tiny.sft_samples]
+    tiny = build_products(cfg, ts, recs).sft_samples
+    ex = ts[0].example
+    assert [s["prompt"] for s in tiny if s["role"] == "retriever"] == [
+        retriever_messages(ts[0].full_ddl, ex.question, ex.evidence, style="tiny")]
+    paper = build_products(load_config("tiny", {"distill.n_generator": 1, "distill.rl_max_correct": 1,
+                                                "model.prompt_style": "paper"}), ts, recs).sft_samples
+    assert [s["prompt"] for s in paper if s["role"] == "retriever"] == [
+        retriever_messages(ts[0].full_ddl, ex.question, ex.evidence, style="paper")]
+    assert [s["prompt"] for s in paper] != [s["prompt"] for s in tiny]
 
 
 @pytest.mark.parametrize("rules", [{}, {"grpo.think_rule": "kit", "grpo.retriever_parser": "kit",
@@ -179,42 +184,12 @@ def test_stage_one_judges_the_format_by_the_rules_grpo_rewards(tasks, tmp_path, 
     model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
     cfg = load_config("tiny", {"distill.n_retriever": 1, "distill.n_generator": 1, "distill.max_new_tokens": 4,
                                "distill.shard_size": 2, "distill.rl_min_correct": 0, "distill.rl_max_correct": 1, **rules})
-    run_distillation(cfg, ts[:2], HFEngine(model, tok), tok, tmp_path, style="tiny", progress=False)
+    run_distillation(cfg, ts[:2], HFEngine(model, tok), tok, tmp_path, progress=False)
     g = cfg.grpo
     assert seen == [{"think_rule": g.think_rule, "retriever_parser": g.retriever_parser, "truncation": g.truncation,
                      "sql_whitespace": g.sql_whitespace, "bare_table_columns": g.bare_table_columns}]
     for key, value in (("grpo.think_rule", "kit" if g.think_rule == "authors" else "authors"),
                        ("grpo.sql_whitespace", "collapse"), ("grpo.bare_table_columns", "anchor")):
         other = load_config("tiny", {**rules, key: value})
-        assert distill.shard_settings(cfg, "tiny") != distill.shard_settings(other, "tiny"), key
+        assert distill.shard_settings(cfg) != distill.shard_settings(other), key
 
-
-def test_shards_rolled_out_by_worker_processes_are_those_of_this_process(tasks, tmp_path):
-    """engine.workers: each shard has its own seed, so two workers with their own copies of the model roll out
-    the same records, byte for byte, as the notebook's engine; a worker that fails is named with its log."""
-    from acesql_lib.models.loading import load_policy, save_tiny
-
-    world, ts = tasks
-    tok = train_tiny_tokenizer(list(world_text(world))[:3000], vocab_size=400)
-    model = build_tiny_model(tok, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)
-    path = save_tiny(model, tok, tmp_path / "model")
-    settings = {"distill.n_retriever": 2, "distill.n_generator": 3, "distill.max_new_tokens": 8,
-                "distill.shard_size": 2, "distill.rl_min_correct": 1, "distill.rl_max_correct": 2,
-                "model.dtype": "float32", "model.device": "cpu"}
-    one, two = (load_config("tiny", {**settings, "engine.workers": w}) for w in (1, 2))
-    model, tok = load_policy(path, dtype="float32", device="cpu")  # as notebook 02 loads it
-    here = run_distillation(one, ts, HFEngine(model, tok), tok, tmp_path / "here", style="tiny", progress=False)
-    there = run_distillation(two, ts, None, None, tmp_path / "there", style="tiny", progress=False,
-                             model=SampledModel(path=path))
-    assert [r["qid"] for r in there] == [t.qid for t in ts]
-    assert json.dumps(there) == json.dumps(here)
-    shards = sorted((tmp_path / "there" / "shards").glob("*/shard-*.jsonl"))
-    assert [p.name for p in shards] == ["shard-00000.jsonl", "shard-00001.jsonl", "shard-00002.jsonl"]
-    assert sorted(p.name for p in shards[0].parent.glob("worker-*.log")) == ["worker-0.log", "worker-1.log"]
-    phases = json.loads((tmp_path / "there" / "phases.jsonl").read_text().splitlines()[-1])["phases"]
-    assert phases["generation"] > 0  # the workers' generation time, counted in the stage's log
-    # both workers fail; whichever is seen first names its shards and its log
-    with pytest.raises(RuntimeError, match=r"(?s)distillation workers: job 'shards (\[0, 2\]|\[1\])' failed "
-                                           r"\(exit 1\); its log is \S+worker-[01]\.log:\n.*model folder not found"):
-        run_distillation(two, ts, None, None, tmp_path / "broken", style="tiny", progress=False,
-                         model=SampledModel(path=tmp_path / "no-model"))

@@ -10,7 +10,6 @@ from acesql_lib.models.engines import make_engine
 from acesql_lib.models.hf_engine import HFEngine, HFOptions
 from acesql_lib.models.vllm_engine import policy_weights
 from acesql_lib.models.loading import IM_END, LoraSpec, apply_lora, build_tiny_model, train_tiny_tokenizer
-from acesql_lib.runtime.workers import DECODE_THREADS
 
 ANSWERS = ["SELECT name FROM singer", "SELECT count(*) FROM concert", "SELECT age FROM singer WHERE year = 1987"]
 
@@ -529,36 +528,6 @@ def test_a_budget_beyond_the_cache_room_grows_the_cache_and_keeps_the_tokens(tra
                 ask, n=2, temperature=temperature, max_new_tokens=24, seed=4) for drop in (True, False))
             assert _ids(ours) == _ids(theirs), (share, temperature)
     assert any(grown)  # the budget of 24 ran past the room of 5
-
-
-def test_decoding_runs_at_the_decode_threads_and_keeps_the_tokens(trained, prompts, monkeypatch):
-    """ACESQL_DECODE_THREADS (a worker's share of the cores, workers.py): the policy's forwards run at that many
-    torch threads, the process's count is back afterwards, and greedy and seeded tokens are those of the
-    process's own count."""
-    model, tokenizer = trained
-    seen: list[int] = []
-    hook = model.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        engine = HFEngine(model, tokenizer, HFOptions(batch_size=4))
-
-        def run() -> tuple:
-            return (_ids(engine.generate(prompts, temperature=0.0, max_new_tokens=16)),
-                    _ids(engine.generate(prompts, n=2, temperature=1.0, max_new_tokens=16, seed=7)))
-
-        monkeypatch.delenv(DECODE_THREADS, raising=False)
-        own = run()
-        assert set(seen) == {2}
-        seen.clear()
-        monkeypatch.setenv(DECODE_THREADS, "1")
-        assert run() == own and set(seen) == {1} and torch.get_num_threads() == 2
-        monkeypatch.setenv(DECODE_THREADS, "two")
-        with pytest.raises(ValueError, match="ACESQL_DECODE_THREADS='two'"):
-            engine.generate(prompts, temperature=0.0, max_new_tokens=4)
-    finally:
-        hook.remove()
-        torch.set_num_threads(before)
 
 
 def test_syncing_a_lora_policy_adds_the_adapters_into_new_tensors_and_never_moves_the_frozen_base(trained):

@@ -266,12 +266,12 @@ def test_report_to_tensorboard_logs_the_jsonl_metrics(rl_template, tmp_path):
 def test_trainer_reads_the_prompt_style_from_the_config(rl_template, tmp_path):
     """build_trainer once derived the style from the profile name ("tiny" -> tiny), so a profile
     with another model.prompt_style (the rehearsal) trained on prompts it never evaluated on."""
-    from acesql_lib.train.rollouts import retriever_prompt
+    from acesql_lib.train.rollouts import SamplingSpec, retriever_prompt
 
     run = fresh_run(rl_template, tmp_path, "style")
     ctx = RunContext.create("tiny", rl_overrides(run, **{"model.prompt_style": "paper"}))
     trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
-    assert trainer.style == "paper"
+    assert SamplingSpec.grpo(trainer.cfg, step=1).prompt_style == "paper"
     rolls = trainer.collect().rollouts
     r = rolls[0]
     assert r.retriever.prompts[0] == retriever_prompt(r.task, trainer.tokenizer, "paper",
@@ -465,22 +465,22 @@ def test_lora_grpo_trains_only_adapters_resumes_from_their_checkpoint_and_writes
 def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their_last_tokens(rl_template, tmp_path):
     """The authors' limits at grpo.max_prompt_tokens: a question whose retriever prompt is longer is dropped
     (verl's filter_overlong_prompts), a longer generator prompt keeps its last tokens (left truncation)."""
-    from acesql_lib.train.rollouts import generator_prompt, keep_last_tokens, prompt_tokens, retriever_prompt
+    from acesql_lib.train.rollouts import SamplingSpec, keep_last_tokens, prompt_tokens
 
     run = fresh_run(rl_template, tmp_path, "long")
     plain = RunContext.create("tiny", rl_overrides(run))
     base = build_trainer(plain.cfg, plain.paths, progress=False)
-    tok, style = base.tokenizer, base.style
-    lengths = sorted(len(prompt_tokens(retriever_prompt(t, tok, style), tok)) for t in base.tasks)
+    tok, spec = base.tokenizer, SamplingSpec.grpo(base.cfg, step=0)
+    lengths = sorted(len(prompt_tokens(spec.retriever_prompt(t, tok), tok)) for t in base.tasks)
     limit = lengths[len(lengths) // 2]  # about half the questions are longer
     ctx = RunContext.create("tiny", rl_overrides(run, **{"grpo.max_prompt_tokens": limit, "grpo.max_steps": 1}))
     with pytest.warns(UserWarning, match="questions dropped: retriever prompt over grpo.max_prompt_tokens"):
         trainer = build_trainer(ctx.cfg, ctx.paths, progress=False)
     assert len(trainer.tasks) == sum(n <= limit for n in lengths) < len(base.tasks)
-    assert all(len(prompt_tokens(retriever_prompt(t, tok, style), tok)) <= limit for t in trainer.tasks)
+    assert all(len(prompt_tokens(spec.retriever_prompt(t, tok), tok)) <= limit for t in trainer.tasks)
     # generator prompts: a limit below their length keeps the tail, decoded from the last `limit` tokens
     task = trainer.tasks[0]
-    full = generator_prompt(task, task.gold_columns or frozenset(), tok, style)
+    full = spec.generator_prompt(task, task.gold_columns or frozenset(), tok)
     short = keep_last_tokens(full, tok, 16)
     assert short == tok.decode(prompt_tokens(full, tok)[-16:]) and full.endswith(short) and short != full
     assert keep_last_tokens(full, tok, 0) == full and keep_last_tokens(full, tok, 10_000) == full
@@ -488,7 +488,7 @@ def test_overlong_retriever_prompts_are_dropped_and_generator_prompts_keep_their
     trainer.cfg = dataclasses.replace(trainer.cfg, grpo=trainer.grpo)
     rolls = trainer.collect().rollouts
     for r in rolls:
-        whole = generator_prompt(r.task, r.selected, tok, style)
+        whole = spec.generator_prompt(r.task, r.selected, tok)
         assert all(p == keep_last_tokens(whole, tok, 16) and whole.endswith(p) and p != whole
                    for p in r.generator.prompts)
 

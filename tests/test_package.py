@@ -138,3 +138,38 @@ def test_every_module_and_function_of_the_library_is_small():
                 if lines > MAX_FUNCTION_LINES or count > MAX_PARAMETERS:
                     large.append(f"{where}:{node.lineno} {node.name}: {lines} lines, {count} parameters")
     assert large == [], "\n".join(large)
+
+
+def _prompt_style_uses() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(functions reading `<cfg>.model.prompt_style`, functions taking a prompt style as a parameter) of the library,
+    each as (module path under acesql_lib, function name)."""
+    from pathlib import Path
+
+    root = Path(acesql_lib.__file__).parent
+    reads, takes = set(), set()
+    for path in sorted(root.rglob("*.py")):
+        where = str(path.relative_to(root).with_suffix(""))
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = fn.args
+            if {"style", "prompt_style"} & {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)}:
+                takes.add((where, fn.name))
+            if any(isinstance(n, ast.Attribute) and n.attr == "prompt_style" and isinstance(n.value, ast.Attribute)
+                   and n.value.attr == "model" for n in ast.walk(fn)):
+                reads.add((where, fn.name))
+    return reads, takes
+
+
+def test_the_prompt_style_is_read_where_a_stages_sampling_spec_is_built_and_travels_inside_it():
+    """`model.prompt_style` is read where each stage's `SamplingSpec` is built (and by the tiny base's gold SFT
+    samples, and evaluation's reuse key); every rollout phase, distillation's products, GRPO and its validation
+    take it from the spec. A style parameter exists only where prompt texts are written."""
+    reads, takes = _prompt_style_uses()
+    assert reads == {("train/rollouts", "distill"), ("train/rollouts", "grpo"), ("train/rollouts", "validation"),
+                     ("evaluation/evaluate", "evaluate"), ("evaluation/evaluate", "eval_key"),
+                     ("pipeline/tinybase", "base_training_data")}, reads
+    other_styles = {("data/schema", "to_ddl"), ("reports/figures", "set_style")}  # schema text, seaborn theme
+    writers = {(m, f) for m, f in takes - other_styles if m != "roles/prompts"}
+    assert writers == {("train/rollouts", "retriever_prompt"), ("train/rollouts", "generator_prompt"),
+                       ("train/rollouts", "greedy"), ("pipeline/tinybase", "gold_samples")}, writers

@@ -320,8 +320,8 @@ def test_evaluation_builds_the_evaluation_templates_and_rollouts_the_training_on
     assert "reasoning block" not in want[0] + want[1] and result.records[0]["correct"]
 
     engine.prompts = []
-    rollout([task], engine, tokenizer, SamplingSpec(1, 1, 1.0), RolloutSpec.grpo(cfg), style=cfg.model.prompt_style,
-            workers=1)
+    rollout([task], engine, tokenizer, SamplingSpec(1, 1, 1.0, prompt_style=cfg.model.prompt_style),
+            RolloutSpec.grpo(cfg), workers=1)
     assert engine.prompts == [retriever_prompt(task, tokenizer, "authors"),
                               generator_prompt(task, frozenset({"t.a"}), tokenizer, "authors")]
     assert "Question: \nsite means a\nWhich a at Site B?\n\n" in engine.prompts[0]

@@ -190,9 +190,12 @@ def test_code_hash_covers_a_package_module_by_module(tmp_path, monkeypatch):
     assert reuse_keys.code_hash("executor") != before
 
 
-def test_engine_workers_is_in_no_reuse_key_and_every_other_engine_setting_is(tmp_path):
-    """How many processes share the work changes no number (acesql_lib/runtime/workers.py), so a GRPO run and an
-    evaluation keep their keys when `engine.workers` changes; any other engine setting still changes them."""
+def test_every_engine_setting_is_in_the_runs_and_the_evaluations_reuse_key(tmp_path):
+    """A GRPO run and an evaluation are keyed by every engine setting: changing any of its numbers or switches
+    gives both a new key."""
+    import dataclasses
+
+    from acesql_lib.config.model import EngineConfig
     from acesql_lib.evaluation.evaluate import eval_key
     from acesql_lib.train.grpo_run import run_settings
     from acesql_lib.config.paths import Paths
@@ -202,7 +205,17 @@ def test_engine_workers_is_in_no_reuse_key_and_every_other_engine_setting_is(tmp
         paths = Paths.from_config(cfg)
         return run_settings(cfg, paths), eval_key(cfg, tmp_path / "model", cfg.eval.sets[0])
 
-    one, two = keys(**{"engine.workers": 1}), keys(**{"engine.workers": 3})
-    assert one == two
-    other = keys(**{"engine.workers": 1, "engine.hf_batch_size": 7})
-    assert other[0] != one[0] and other[1] != one[1]
+    base, engine = keys(), load_config("tiny").engine
+    changed = 0
+    for f in dataclasses.fields(EngineConfig):
+        value = getattr(engine, f.name)
+        if isinstance(value, bool):
+            other = not value
+        elif isinstance(value, int):
+            other = value + 1
+        else:
+            continue
+        run, ev = keys(**{f"engine.{f.name}": other})
+        assert run != base[0] and ev != base[1], f.name
+        changed += 1
+    assert changed >= 8  # the switches and sizes of both engines

@@ -33,8 +33,7 @@ def piped(tmp_path_factory):
     stub_notebook(books / "01_metrics.ipynb", f"import json, pathlib\np = pathlib.Path({str(reports)!r}) / 'metrics'\n"
               f"p.mkdir(parents=True, exist_ok=True)\n(p / '05_evaluation.json').write_text(json.dumps({metrics!r}))")
     run_pipeline("tiny", overrides={"grpo.gamma": 0.7},
-                 options=PipelineOptions(reports_dir=reports, notebook_dir=books, progress=False, calibrate=False,
-                                         warm_next=False))
+                 options=PipelineOptions(reports_dir=reports, notebook_dir=books, progress=False, calibrate=False))
     return reports
 
 

@@ -81,9 +81,9 @@ def test_evaluate_is_the_rollout_path_run_greedily(tiny, tmp_path):
     result = evaluate(model, tok, examples, schemas, cfg, EvalOptions(mode="set", stage="t"), engine=engine,
                       progress=False)
     tasks = [Task(ex, schemas[ex.db_id]) for ex in examples]
-    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking)
+    spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, prompt_style=cfg.model.prompt_style)
     rules = RolloutSpec(think_rule="kit", retriever_parser="kit", truncation="no_stop", compare_mode="set")
-    rolls = rollout(tasks, engine, tok, spec, rules, style=cfg.model.prompt_style, workers=1)
+    rolls = rollout(tasks, engine, tok, spec, rules, workers=1)
     assert len(rolls) == len(result.records) == 3
     for r, rec in zip(rolls, result.records):
         assert rec["retrieved_columns"] == sorted(r.selected) == sorted(r.retriever.parses[0].columns)
@@ -114,8 +114,8 @@ def test_select_and_generate_per_retriever_sample(tiny):
     voted, seen = select([rs], n_generator=4, vote_mode="majority", vote_threshold=1.0)
     assert voted == [frozenset()] and seen == [[frozenset()]]
     task = Task(examples[0], schemas[examples[0].db_id])
-    spec = SamplingSpec(2, 4, 1.0, 1.0, 8, True, 3)
-    out = generate([task], [[a, b, a, b]], HFEngine(model, tok), tok, spec, lambda c, t: c.text, style="tiny")[0]
+    spec = SamplingSpec(2, 4, 1.0, 1.0, 8, True, 3, prompt_style="tiny")
+    out = generate([task], [[a, b, a, b]], HFEngine(model, tok), tok, spec, lambda c, t: c.text)[0]
     assert len(out.prompts) == len(out.completions) == 4 and out.prompts[0] == out.prompts[2] != out.prompts[1]
     with pytest.raises(ValueError, match="n_generator"):
         generate([task], [[a, b]], HFEngine(model, tok), tok, spec, lambda c, t: c.text)
@@ -130,8 +130,8 @@ def test_distillation_shards_are_keyed_by_the_same_sampling_spec():
     from acesql_lib.train.distill import shard_settings
 
     cfg = load_config("tiny")
-    settings, spec = shard_settings(cfg, "tiny"), dataclasses.asdict(SamplingSpec.distill(cfg))
+    settings, spec = shard_settings(cfg), dataclasses.asdict(SamplingSpec.distill(cfg))
     assert {k: settings[k] for k in spec if k != "seed"} == {k: v for k, v in spec.items() if k != "seed"}
     for key, value in (("engine.enable_thinking", not cfg.engine.enable_thinking), ("distill.top_p", 0.5)):
-        other = shard_settings(load_config("tiny", {key: value}), "tiny")
+        other = shard_settings(load_config("tiny", {key: value}))
         assert settings_hash(other) != settings_hash(settings), key

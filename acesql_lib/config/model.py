@@ -107,12 +107,6 @@ class EngineConfig:
     # instead of decoding every row until the longest ends: the same tokens and draws as `generate`, fewer rows
     # decoded per step (benchmarks/hf_generate_speed.py)
     hf_drop_finished: bool = True
-    # Independent jobs that sample run this many at a time in worker processes, each job with its own model and engine
-    # (acesql_lib/runtime/workers.py): the distillation's shards and notebook 06's variants. The same numbers bit for bit;
-    # faster where decoding is bound by Python (small models on CPU cores: a second process uses the cores the
-    # first leaves idle); 1 = in the notebook's process (GPUs, vLLM engines). Not part of any reuse key. Greedy
-    # evaluation is bound by memory instead, so it runs in one process
-    workers: PositiveInt = 1
 
     def __post_init__(self) -> None:
         validate_fields(self, "engine")

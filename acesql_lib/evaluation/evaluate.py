@@ -50,7 +50,7 @@ from .records import EvalResult, write_outputs
 from ..config.paths import Paths, resolve
 from ..roles.prompts import evaluation_style
 from ..train.rollouts import (EngineCalls, QuestionRollout, RoleSamples, RolloutSpec, SamplingSpec, generate,
-                              generator_prompt, retrieve, select, unanswered)
+                              retrieve, select, unanswered)
 from ..data.task import Task, build_tasks
 from ..data.routes import alternative_route
 from ..data.schema import Schema
@@ -98,17 +98,17 @@ def evaluate(model: Any, tokenizer: Any, examples: Sequence[Any], schemas: Mappi
     engine = engine or HFEngine.from_config(cfg.engine, model, tokenizer)
     # prompts per engine call (the progress bar moves per call): greedy calls take engine.hf_greedy_batch_size
     chunk = cfg.engine.hf_greedy_batch_size
-    style = evaluation_style(cfg.model.prompt_style)  # the authors' evaluation templates under "authors"
     tasks = _tasks(examples, schemas, cfg, options.relevant_values)
 
     # the engine's context: eval.max_model_len, or the engine's own where it is smaller (a vLLM engine handed in)
     context = min(cfg.eval.max_model_len, getattr(engine, "max_model_len", None) or cfg.eval.max_model_len)
+    # prompts in evaluation's style: the authors' evaluation templates under "authors"
     spec = SamplingSpec.greedy(cfg.eval.max_new_tokens, cfg.engine.enable_thinking, cfg.eval.retriever_max_new_tokens,
-                               context=context)
+                               context=context, prompt_style=evaluation_style(cfg.model.prompt_style))
     # eval.*'s parsers: the authors' EVAL rules or the kit's
     rules = RolloutSpec.evaluation(cfg, options.mode, timeout_s, scoring)
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
-    run = dict(engine=engine, tokenizer=tokenizer, spec=spec, style=style)
+    run = dict(engine=engine, tokenizer=tokenizer, spec=spec)
     calls = EngineCalls(chunk, progress=progress)  # each pass names its bar
 
     rolls = _two_passes(tasks, run, calls, r_parse, g_parse, options.stage)
@@ -140,7 +140,7 @@ def _two_passes(tasks: list[Task], run: dict[str, Any], calls: EngineCalls, r_pa
                 stage: str) -> list[QuestionRollout]:
     """Steps 1-3 per question: the retriever on the full schema, its one list the pruned schema (a vote of one
     sample), then the generator on the pruned schema, for the questions whose retriever prompt fit the context
-    (the others score 0). `run`: the engine call's arguments (engine, tokenizer, spec, style); `calls`: how each
+    (the others score 0). `run`: the engine call's arguments (engine, tokenizer, spec); `calls`: how each
     pass calls the engine (its chunk and progress; the bar named per pass)."""
     retrieved = retrieve(tasks, parse=r_parse, calls=dataclasses.replace(calls, desc=f"{stage} retriever"), **run)
     voted, seen = select(retrieved, n_generator=1)
@@ -160,9 +160,9 @@ def _gold_schema_pass(tasks: list[Task], generated: list[RoleSamples], gold_idx:
     gold_tasks = [tasks[i] for i in gold_idx]
     on_gold = [RoleSamples(list(generated[i].prompts), list(generated[i].completions), list(generated[i].parses))
                for i in gold_idx]
-    tokenizer, style, spec = run["tokenizer"], run["style"], run["spec"]
-    fresh = [k for k, i in enumerate(gold_idx) if generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer, style,
-                                                                   spec.enable_thinking) != generated[i].prompts[0]]
+    tokenizer, spec = run["tokenizer"], run["spec"]
+    fresh = [k for k, i in enumerate(gold_idx)
+             if spec.generator_prompt(tasks[i], tasks[i].gold_columns, tokenizer) != generated[i].prompts[0]]
     gold_calls = dataclasses.replace(calls, desc=f"{stage} generator (gold schema)")
     for k, g in zip(fresh, generate([gold_tasks[k] for k in fresh], [[gold_tasks[k].gold_columns] for k in fresh],
                                     parse=g_parse, calls=gold_calls, **run)):

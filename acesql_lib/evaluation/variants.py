@@ -1,19 +1,11 @@
 """Notebook 06's ablation runs: each variant trained from the SFT model and evaluated like notebook 05, one
-after another in this process or `engine.workers` at a time in worker processes
-(acesql_lib/runtime/workers.py: the same numbers bit for bit, faster where decoding is bound by Python).
-
-On a GPU, or with vLLM engines that each hold their own memory, keep one worker (the default; the paper
-profile's four variants are separate multi-day launches anyway). In one process, a vLLM engine is carried from
-each run to the next where the settings match (acesql_lib/models/engine_reuse.py): a variant's training engine serves
-its evaluation and the next variant's training. A variant's worker writes its output to
-`<run folder>/grpo/<variant>.worker.log`: beside the run folder, since a file inside it would make the trainer
-take the folder for a run of other settings.
+after another in this process (the paper profile's four variants are separate multi-day launches anyway).
+A vLLM engine is carried from each run to the next where the settings match (acesql_lib/models/engine_reuse.py): a
+variant's training engine serves its evaluation and the next variant's training.
 """
 from __future__ import annotations
 
 from typing import Any, Sequence
-
-from ..runtime.workers import Job, run_jobs
 
 Results = dict[tuple[str, str], dict[str, Any]]  # (variant, set name) -> that evaluation's metrics
 
@@ -38,20 +30,9 @@ def run_variant(profile: str, overrides: dict[str, Any], variant: str, eval_sets
 
 
 def run_variants(profile: str, overrides: dict[str, Any], variants: Sequence[str], eval_sets: Sequence[str],
-                 workers: int = 1, progress: bool = True) -> Results:
-    """`run_variant` for each of `variants`: in this process when `workers` is 1, else in `workers` processes
-    at once. Results in the order of `variants`."""
-    if workers <= 1 or len(variants) <= 1:
-        from ..models.engine_reuse import reused_engines
+                 progress: bool = True) -> Results:
+    """`run_variant` for each of `variants`, one after another; results in the order of `variants`."""
+    from ..models.engine_reuse import reused_engines
 
-        with reused_engines():  # one vLLM engine carried through every variant where the settings allow
-            return {(v, s): m for v in variants
-                    for s, m in run_variant(profile, overrides, v, eval_sets, progress).items()}
-    from ..config.context import RunContext
-
-    paths = RunContext.create(profile, overrides).paths
-    jobs = [Job(v, "acesql_lib.evaluation.variants:run_variant", paths.grpo_run(v).with_name(f"{v}.worker.log"),
-                {"profile": profile, "overrides": overrides, "variant": v, "eval_sets": list(eval_sets)})
-            for v in variants]
-    done = run_jobs(jobs, workers, "ablation variants", progress)
-    return {(v, s): m for v, metrics in zip(variants, done) for s, m in metrics.items()}
+    with reused_engines():  # one vLLM engine carried through every variant where the settings allow
+        return {(v, s): m for v in variants for s, m in run_variant(profile, overrides, v, eval_sets, progress).items()}

@@ -4,16 +4,13 @@ make it faster and keep every token and seeded draw `generate`'s (`HFOptions`).
 from __future__ import annotations
 
 import dataclasses
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..config.model import EngineConfig
-from ..runtime.workers import DECODE_THREADS
 from .completions import Completion, Engine, check_args, make_completion, stop_token_ids
 from .gqa_attention import gqa_attention
 from .hf_cache import gather_columns, in_place_cache, plain_layers
@@ -74,29 +71,6 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
 # time this many are written, so a long budget (the paper's 2,048) never reserves more than this beyond what is
 # written, where a GPU batch's whole budget could exceed its memory
 CACHE_ROOM = 256
-
-
-def decode_threads() -> int:
-    """The torch threads HFEngine decodes with on CPU: the `ACESQL_DECODE_THREADS` variable (workers.DECODE_THREADS)
-    where set, else 0 for the process's own count. Decoding splits no sum across threads (each thread takes whole
-    rows, heads or output features), so its tokens are the same at any thread count."""
-    value = os.environ.get(DECODE_THREADS, "").strip() or "0"
-    if not value.isdigit():
-        raise ValueError(f"{DECODE_THREADS}={value!r}: a number of threads (0 or unset: the process's own)")
-    return int(value)
-
-
-@contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    """torch at `threads` intra-op threads inside (0: unchanged), the count before restored on the way out."""
-    before = torch.get_num_threads()
-    if threads and threads != before:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != before:
-            torch.set_num_threads(before)
 
 
 def _sampling_warpers(temperature: float, top_p: float) -> Any:
@@ -313,8 +287,7 @@ class HFEngine(Engine):
         try:
             # A seeded call draws from its own generator state and leaves the caller's RNG untouched.
             with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seed is not None), \
-                    gqa_attention(self.model, enabled=self.options.grouped_kv and device.type == "cpu"), \
-                    _torch_threads(decode_threads() if device.type == "cpu" else 0):
+                    gqa_attention(self.model, enabled=self.options.grouped_kv and device.type == "cpu"):
                 if seed is not None:
                     torch.manual_seed(seed)
                 size = self.options.greedy_batch_size if greedy else self.options.batch_size

@@ -11,8 +11,7 @@ one line per bar every `progress_every_s` seconds, e.g.
 to `reports/<profile>/pipeline_times.json`, then the run card (`run_card.json` and `run_card.md`:
 commit, settings, environment, machine and data digests, times, metrics; acesql_lib/pipeline/run_card.py).
 
-Each notebook runs in a fresh kernel; the next one's kernel is started, and imports the next notebook's
-modules, while the current notebook runs (acesql_lib/runtime/warm_kernel.py; `--cold-kernels` turns it off).
+Each notebook runs in a fresh kernel, as papermill starts it.
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ from tqdm.auto import tqdm
 from ..config.checks import ConfigError
 from ..config.profiles import load_config, parse_overrides
 from ..config.paths import Paths, REPO_ROOT, TIMES_NAME
-from ..runtime.warm_kernel import WarmKernel
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
@@ -170,31 +168,23 @@ def _failed_cell(exc: Exception) -> str:
 KERNEL_PROGRESS = "text"  # a notebook's kernel draws text bars, which the relay reads (acesql_lib/runtime/progress.py)
 
 
-def kernel_env() -> dict[str, str]:
-    """The environment a notebook's kernel starts with: this process's, with `KERNEL_PROGRESS` bars."""
-    return {**os.environ, "ACESQL_PROGRESS": KERNEL_PROGRESS}
-
-
 def run_notebook(nb: Path, out: Path, parameters: dict[str, Any], kernel: str = "python3",
-                 progress: bool = True, timeout_s: int | None = None, relay: ProgressRelay | None = None,
-                 warm: WarmKernel | None = None) -> NotebookRun:
-    """Execute one notebook; with `relay` its kernel's output streams go through it as they arrive. With `warm`,
-    in that kernel (started ahead for this notebook, acesql_lib/runtime/warm_kernel.py), shut down afterwards."""
+                 progress: bool = True, timeout_s: int | None = None, relay: ProgressRelay | None = None
+                 ) -> NotebookRun:
+    """Execute one notebook in a fresh kernel; with `relay` its kernel's output streams go through it as they
+    arrive."""
     import papermill as pm
 
     t0 = time.perf_counter()
     before = os.environ.get("ACESQL_PROGRESS")
     os.environ["ACESQL_PROGRESS"] = KERNEL_PROGRESS
     try:
-        km = {"km": warm.ready()} if warm is not None else {}
         pm.execute_notebook(str(nb), str(out), parameters=parameters, kernel_name=kernel, cwd=str(nb.parent),
                             progress_bar=progress, log_output=False, stdout_file=relay, stderr_file=relay,
-                            request_save_on_cell_execute=True, execution_timeout=timeout_s, **km)
+                            request_save_on_cell_execute=True, execution_timeout=timeout_s)
     except Exception as exc:  # papermill wraps the kernel's exception; keep the executed copy
         return NotebookRun(nb.stem, time.perf_counter() - t0, "failed", str(out), _failed_cell(exc))
     finally:
-        if warm is not None:
-            warm.shutdown()
         if before is None:
             os.environ.pop("ACESQL_PROGRESS", None)
         else:
@@ -212,9 +202,7 @@ class PipelineOptions:
     `progress_every_s` seconds through `emit`, every printed line with `echo_all`) unless `progress` is off.
     `reports_dir` replaces the profile's reports folder, `notebook_dir` the notebooks' folder. With `calibrate`,
     the wall times are written beside the calibration workload's time before and after the run (a few seconds;
-    `acesql_lib.runtime.calibration`). With `warm_next`, each notebook's kernel is started, and imports the
-    notebook's modules, while the notebook before it runs (acesql_lib/runtime/warm_kernel.py); off, each kernel
-    starts when its notebook does.
+    `acesql_lib.runtime.calibration`).
     """
 
     kernel: str = "python3"
@@ -225,7 +213,6 @@ class PipelineOptions:
     echo_all: bool = False
     emit: Any = None
     calibrate: bool = True
-    warm_next: bool = True
 
 
 def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides: dict[str, Any] | None = None,
@@ -245,26 +232,20 @@ def run_pipeline(profile: str = "tiny", only: list[str] | None = None, overrides
     started = time.time()
     cal_start = _calibration() if options.calibrate else None
     bar = tqdm(books, desc=f"pipeline[{cfg.profile}]", unit="notebook", disable=not options.progress)
-    warm: WarmKernel | None = None  # the kernel started ahead for the notebook about to run
     try:
-        for i, nb in enumerate(bar):
+        for nb in bar:
             bar.set_postfix_str(nb.stem)
             params = {"profile": profile, "overrides": overrides or {}}
             relay = ProgressRelay(nb.stem, options.emit, options.progress_every_s, options.echo_all) \
                 if options.progress else None
-            mine = warm  # if the next kernel fails to start, `warm` still holds this one, shut down below
-            ahead = options.warm_next and i + 1 < len(books)
-            warm = WarmKernel(books[i + 1], options.kernel, kernel_env()) if ahead else None
             run = run_notebook(nb, executed / nb.name, params, kernel=options.kernel, progress=options.progress,
-                               relay=relay, warm=mine)
+                               relay=relay)
             runs.append(run)
             with log_path.open("a") as f:
                 f.write(json.dumps({"time": time.time(), "profile": cfg.profile, **run.__dict__}) + "\n")
             if run.status != "ok":
                 raise NotebookFailed(f"{nb.name} failed at {run.error}; executed notebook kept at {run.output}")
     finally:
-        if warm is not None:  # the pipeline stopped before its notebook
-            warm.shutdown()
         calibration = None
         if cal_start is not None:
             end = _calibration()
@@ -344,8 +325,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--progress-every", type=float, default=10.0, metavar="S",
                     help="seconds between two progress lines of the same bar")
     ap.add_argument("--log-output", action="store_true", help="relay every line the notebooks print")
-    ap.add_argument("--cold-kernels", action="store_true",
-                    help="start each notebook's kernel when it starts, not while the one before runs")
     args = ap.parse_args(argv)
     try:
         overrides = parse_overrides(args.set)
@@ -357,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = run_pipeline(args.profile, args.only, overrides, PipelineOptions(
             kernel=args.kernel, progress=not args.no_progress, progress_every_s=args.progress_every,
-            echo_all=args.log_output, warm_next=not args.cold_kernels))
+            echo_all=args.log_output))
     except NotebookFailed as e:
         print(f"\nFAILED: {e}", file=sys.stderr)
         print(f"wall times so far in {reports / TIMES_NAME}", file=sys.stderr)

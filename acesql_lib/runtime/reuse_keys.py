@@ -170,6 +170,5 @@ def code_hash(*entry: str, leave_out: Iterable[str] = (), length: int = 16, root
 
 
 def engine_key(engine: Any) -> dict[str, Any]:
-    """The engine settings a run's or an evaluation's key holds: all but `workers`, which decides how many
-    processes share the work, not what any of them computes (acesql_lib/runtime/workers.py)."""
-    return {k: v for k, v in dataclasses.asdict(engine).items() if k != "workers"}
+    """The engine settings a run's or an evaluation's key holds: every one of them."""
+    return dataclasses.asdict(engine)

@@ -34,13 +34,6 @@ def totals() -> dict[str, float]:
     return dict(_TOTALS)
 
 
-def add_totals(seconds: Mapping[str, float]) -> None:
-    """Count another process's phase seconds (a worker's `since`) in this process's totals: a stage that
-    ran in workers then logs their time, summed over the workers."""
-    for k, v in seconds.items():
-        _TOTALS[k] += v
-
-
 def since(before: Mapping[str, float]) -> dict[str, float]:
     """Seconds per phase spent after `before` (a `totals()` snapshot); phases with no time left out."""
     return {k: round(v - before.get(k, 0.0), 3) for k, v in _TOTALS.items() if v - before.get(k, 0.0) > 0}

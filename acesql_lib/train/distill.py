@@ -32,7 +32,7 @@ from .rollouts import QuestionRollout, RolloutSpec, SamplingSpec, rollout
 from ..data.task import Task, build_tasks
 from ..data.routes import route_share
 from ..data.schema import Schema
-from ..runtime.timing import PHASES_LOG, add_totals, append_phases, since, totals
+from ..runtime.timing import PHASES_LOG, append_phases, totals
 
 
 def usable(tasks: Sequence[Task], timeout_s: float) -> tuple[list[Task], Counter]:
@@ -67,7 +67,7 @@ def _record(r: QuestionRollout) -> dict[str, Any]:
     }
 
 
-def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
+def shard_settings(cfg: Config, model: str = "") -> dict[str, Any]:
     """What shapes a shard's rollouts; shards live in a folder named after its hash."""
     d = cfg.distill
     sampling = dataclasses.asdict(SamplingSpec.distill(cfg))
@@ -75,34 +75,20 @@ def shard_settings(cfg: Config, style: str, model: str = "") -> dict[str, Any]:
     keys = ("vote_threshold", "compare_mode", "exec_timeout_s", "shard_size")
     spec = RolloutSpec.distill(cfg)  # the rules stage 1 judges by are GRPO's (run_distillation)
     rules = {k: getattr(spec, k) for k in RolloutSpec.JUDGING}
-    return {**sampling, **{k: getattr(d, k) for k in keys}, "style": style, "model": model, "rules": rules}
-
-
-@dataclass(frozen=True)
-class SampledModel:
-    """The model distillation samples: its identity (`models.model_tag`, part of the shards' settings: another
-    model writes new shards) and the folder `engine` serves it from (where worker processes load their own
-    copy; None: no workers)."""
-
-    tag: str = ""
-    path: str | Path | None = None
+    return {**sampling, **{k: getattr(d, k) for k in keys}, "model": model, "rules": rules}
 
 
 def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer: Any, out_dir: str | Path,
-                     style: str | None = None, progress: bool = True,
-                     model: SampledModel = SampledModel()) -> list[dict[str, Any]]:
+                     progress: bool = True, model_tag: str = "") -> list[dict[str, Any]]:
     """Roll out every task in shards under `out_dir/shards/<settings hash>/`; finished shards are read,
-    not redone. Other settings or another model (`model.tag`) write a new folder; none is deleted.
-
-    With `engine.workers` above 1 and the `model.path` that `engine` serves, the missing shards are rolled out
-    by that many worker processes, each with its own copy of the model and engine (acesql_lib/runtime/workers.py): each
-    shard has its own seed, so its rollouts are those of this process, bit for bit."""
+    not redone. Other settings or another model (`model_tag`, `models.model_tag` of the model `engine` serves)
+    write a new folder; none is deleted. Each shard has its own seed, so a shard's rollouts do not depend on which
+    shards were finished before."""
     if cfg.data.stage1_source == "authors":
         raise RuntimeError("data.stage1_source is 'authors': stage 1 comes from the authors' release, so there is "
                            "nothing to distil; run the notebooks from 03 on (ONLY=\"03 04 05 06 07\")")
     d = cfg.distill
-    style = style or cfg.model.prompt_style  # None: the profile's prompt style
-    settings = shard_settings(cfg, style, model.tag)
+    settings = shard_settings(cfg, model_tag)
     shard_dir = Path(out_dir) / "shards" / settings_hash(settings, 12)
     shard_dir.mkdir(parents=True, exist_ok=True)
     (shard_dir / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True, default=str) + "\n")
@@ -112,23 +98,9 @@ def run_distillation(cfg: Config, tasks: Sequence[Task], engine: Any, tokenizer:
     missing = [k for k in shards if k not in done]
     bar = tqdm(total=len(tasks), desc="distillation", unit="question", disable=not progress)
     bar.update(sum(len(shards[k]) for k in done))
-    if cfg.engine.workers > 1 and model.path is not None and len(missing) > 1:
-        from ..runtime.workers import Job, run_jobs
-
-        n = min(cfg.engine.workers, len(missing))
-        jobs = [Job(f"shards {missing[j::n]}", "acesql_lib.train.distill:distill_shards", shard_dir / f"worker-{j}.log",
-                    {"cfg": cfg, "shards": {k: shards[k] for k in missing[j::n]}, "shard_dir": shard_dir,
-                     "model_path": str(model.path), "style": style})
-                for j in range(n)]
-        for seconds in run_jobs(jobs, n, "distillation workers", progress):
-            add_totals(seconds)
-        for k in missing:
-            done[k] = _finished_shard(shard_dir, k, shards[k])
-            bar.update(len(shards[k]))
-    else:
-        for k in missing:
-            done[k] = _rollout_shard(cfg, k, shards[k], engine, tokenizer, style, shard_dir)
-            bar.update(len(shards[k]))
+    for k in missing:
+        done[k] = _rollout_shard(cfg, k, shards[k], engine, tokenizer, shard_dir)
+        bar.update(len(shards[k]))
     bar.close()
     append_phases(Path(out_dir) / PHASES_LOG, "distill", phases_before, time.perf_counter() - t0,
                   questions=len(tasks))
@@ -144,10 +116,11 @@ def _finished_shard(shard_dir: Path, k: int, chunk: Sequence[Task]) -> list[dict
     return lines if [r["qid"] for r in lines] == [t.qid for t in chunk] else None
 
 
-def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, tokenizer: Any, style: str,
+def _rollout_shard(cfg: Config, k: int, chunk: Sequence[Task], engine: Any, tokenizer: Any,
                    shard_dir: Path) -> list[dict[str, Any]]:
-    # judged as GRPO rewards (RolloutSpec.distill: grpo.*'s parsers, truncation, SQL text and column sets)
-    rollouts = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg), style=style)
+    # prompted and sampled as SamplingSpec.distill says; judged as GRPO rewards (RolloutSpec.distill: grpo.*'s
+    # parsers, truncation, SQL text and column sets)
+    rollouts = rollout(chunk, engine, tokenizer, SamplingSpec.distill(cfg, k), RolloutSpec.distill(cfg))
     lines = [_record(r) for r in rollouts]
     path = shard_dir / f"shard-{k:05d}.jsonl"
     tmp = path.with_suffix(".tmp")
@@ -166,19 +139,6 @@ def sampling_engine(cfg: Config, model_path: str | Path) -> tuple[Any, Any]:
     model, tokenizer = load_policy(str(model_path), dtype=cfg.model.dtype, device=policy_load_device(cfg))
     engine = make_engine(cfg.engine, model, tokenizer, model_path=str(model_path), dtype=cfg.model.dtype, seed=cfg.seed)
     return engine, tokenizer
-
-
-def distill_shards(cfg: Config, shards: dict[int, Sequence[Task]], shard_dir: Path, model_path: str,
-                   style: str) -> dict[str, float]:
-    """A distillation worker's shards, with the model and engine notebook 02 builds; its phase seconds."""
-    before = totals()
-    engine, tokenizer = sampling_engine(cfg, model_path)
-    try:
-        for k, chunk in shards.items():
-            _rollout_shard(cfg, k, chunk, engine, tokenizer, style, Path(shard_dir))
-    finally:
-        engine.close()
-    return since(before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,11 +229,11 @@ class DistillProducts:
     summary: dict[str, Any]
 
 
-def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]], style: str | None = None
-                   ) -> DistillProducts:
-    """SFT samples, the initial pool and the RL question set; `style` None: `model.prompt_style`."""
+def build_products(cfg: Config, tasks: Sequence[Task], records: Sequence[dict[str, Any]]) -> DistillProducts:
+    """SFT samples, the initial pool and the RL question set; the samples' prompts are the ones the rollouts saw
+    (`SamplingSpec.distill`'s style)."""
     d = cfg.distill
-    style = style or cfg.model.prompt_style
+    style = SamplingSpec.distill(cfg).prompt_style
     by_id = {t.qid: t for t in tasks}
     rng = random.Random(cfg.seed)
     samples, routes = [], []
@@ -398,7 +358,7 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
     d = cfg.distill
     stage1 = json.loads((Path(paths.distill) / "rl_questions.json").read_text())
     validation = [e["id"] for e in stage1["validation"]]
-    record = {"shards": shard_settings(cfg, cfg.model.prompt_style, model_tag(model_path)),
+    record = {"shards": shard_settings(cfg, model_tag(model_path)),
               "rl_candidates": d.rl_candidates, "bounds": [d.rl_min_correct, d.rl_max_correct],
               "n_rl_train": d.n_rl_train, "validation": validation, "pool_rules": [cfg.grpo.pool_add_gate,
                                                                                    cfg.grpo.bare_table_columns]}
@@ -410,8 +370,8 @@ def select_by_model(cfg: Config, paths: Any, model_path: str | Path | None = Non
                             d.exec_timeout_s)
     engine, tokenizer = sampling_engine(cfg, model_path)
     try:
-        records = run_distillation(cfg, tasks, engine, tokenizer, out, style=cfg.model.prompt_style,
-                                   progress=progress, model=SampledModel(model_tag(model_path)))
+        records = run_distillation(cfg, tasks, engine, tokenizer, out, progress=progress,
+                                   model_tag=model_tag(model_path))
     finally:
         engine.close()
     by_id = {t.qid: t for t in tasks}

@@ -113,14 +113,14 @@ class JointGRPO:
     def __init__(self, cfg: Config, policy: torch.nn.Module, reference: torch.nn.Module | None, tokenizer: Any,
                  questions: RLQuestions, out_dir: str | Path, accelerator: Any = None, progress: bool = True) -> None:
         """The trainer of `policy` on `questions`, writing to `out_dir`. Its `engine` is attached once the policy
-        is prepared (`grpo_run.build_trainer`); the prompts are `model.prompt_style`'s."""
+        is prepared (`grpo_run.build_trainer`); each rollout's `SamplingSpec` writes its prompts."""
         from accelerate import Accelerator
 
         self.cfg, self.grpo = cfg, cfg.grpo
         self.rules = RolloutSpec.grpo(cfg)  # how every rollout of this run is judged, validation's too
         self.acc = accelerator or Accelerator(**accelerator_precision(self.grpo.bf16, torch.cuda.is_available()))
         fsdp2_on_cpu(self.acc)  # a launch for FSDP2 on CPU processes runs accelerate's FSDP2 code (sharding.py)
-        self.tokenizer, self.engine, self.style = tokenizer, None, cfg.model.prompt_style
+        self.tokenizer, self.engine = tokenizer, None
         self.tasks, self.val_tasks, self.pool = list(questions.tasks), list(questions.validation), questions.pool
         self.out = Path(out_dir)
         self.progress = progress and self.acc.is_main_process
@@ -190,8 +190,7 @@ class JointGRPO:
         spec = SamplingSpec.grpo(self.cfg, step, self.acc.process_index)
         with self._generating(), phase_bar(f"step {step} rollouts", ROLLOUT_PHASES,
                                            disable=not self.progress or self._training) as bar:
-            rollouts = rollout(tasks, self.engine, self.tokenizer, spec, self.rules, style=self.style,
-                               on_phase=bar.done)
+            rollouts = rollout(tasks, self.engine, self.tokenizer, spec, self.rules, on_phase=bar.done)
         return StepRollouts(rollouts, started, phases_at_start)
 
     def _generating(self) -> Any:
@@ -362,7 +361,7 @@ class JointGRPO:
             share = self.val_tasks[self.acc.process_index::self.acc.num_processes]
             with self._generating():
                 rollouts = rollout(share, self.engine, self.tokenizer, SamplingSpec.validation(self.cfg), self.rules,
-                                   style=self.style, on_phase=bar.done)
+                                   on_phase=bar.done)
             return validation_metrics(gather_objects(self.acc, validation_scores(rollouts, self.pool)))
 
     def validate_start(self) -> dict[str, float]:

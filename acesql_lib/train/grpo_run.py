@@ -71,10 +71,9 @@ def retire_stale_run(out: Path, settings: dict[str, Any]) -> Path | None:
 
 def _without_overlong(tasks: list[Task], tokenizer: Any, cfg: Config, name: str) -> list[Task]:
     """The authors' loader drops questions whose retriever prompt exceeds the prompt limit; say how many."""
-    from .rollouts import drop_overlong
+    from .rollouts import SamplingSpec, drop_overlong
 
-    kept, dropped = drop_overlong(tasks, tokenizer, cfg.grpo.max_prompt_tokens, cfg.model.prompt_style,
-                                  cfg.engine.enable_thinking)
+    kept, dropped = drop_overlong(tasks, tokenizer, cfg.grpo.max_prompt_tokens, SamplingSpec.grpo(cfg, step=0))
     if dropped:
         ids = f"{[t.qid for t in dropped][:5]}{' ...' if len(dropped) > 5 else ''}"
         warnings.warn(f"{len(dropped)} of {len(tasks)} {name} questions dropped: retriever prompt over "

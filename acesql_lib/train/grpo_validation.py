@@ -55,14 +55,13 @@ def start_key(cfg: Config, rules: RolloutSpec, questions: Sequence[Task], tokeni
         return None
     from ..models.loading import model_tag
     from ..runtime.reuse_keys import code_hash
-    from .rollouts import retriever_prompt
 
     spec = SamplingSpec.validation(cfg)
     rows = []
     for t in questions:
         db = Path(t.example.db_path)
         st = db.stat() if db.is_file() else None
-        rows.append([t.qid, retriever_prompt(t, tokenizer, cfg.model.prompt_style, spec.enable_thinking),
+        rows.append([t.qid, spec.retriever_prompt(t, tokenizer),
                      t.example.sql, str(db), st and st.st_size, st and st.st_mtime_ns,
                      sorted(sorted(s) for s in pool.targets(t.qid) or [])])
     return {"model": model_tag(policy_source), "settings": dataclasses.asdict(cfg.model),

@@ -75,15 +75,15 @@ def keep_last_tokens(prompt: str, tokenizer: Any, limit: int) -> str:
     return prompt if len(ids) <= limit else tokenizer.decode(ids[-limit:])
 
 
-def drop_overlong(tasks: Sequence[Task], tokenizer: Any, limit: int, style: str = "paper",
-                  enable_thinking: bool = True) -> tuple[list[Task], list[Task]]:
-    """(kept, dropped): questions whose retriever prompt is over `limit` tokens are dropped, as the
-    authors' loader does (verl `filter_overlong_prompts` at `data.max_prompt_length` 4,096); 0 keeps all."""
+def drop_overlong(tasks: Sequence[Task], tokenizer: Any, limit: int, spec: "SamplingSpec"
+                  ) -> tuple[list[Task], list[Task]]:
+    """(kept, dropped): questions whose retriever prompt (as `spec` writes it) is over `limit` tokens are dropped,
+    as the authors' loader does (verl `filter_overlong_prompts` at `data.max_prompt_length` 4,096); 0 keeps all."""
     if limit <= 0:
         return list(tasks), []
     kept, dropped = [], []
     for t in tasks:
-        n = len(prompt_tokens(retriever_prompt(t, tokenizer, style, enable_thinking), tokenizer))
+        n = len(prompt_tokens(spec.retriever_prompt(t, tokenizer), tokenizer))
         (kept if n <= limit else dropped).append(t)
     return kept, dropped
 
@@ -125,9 +125,11 @@ class QuestionRollout:
 
 @dataclass(frozen=True)
 class SamplingSpec:
-    """How one rollout call samples both roles; built from the stage's config, never unpacked by hand.
+    """How one rollout call prompts and samples both roles; built from the stage's config, never unpacked by hand.
 
-    `seed` seeds the retriever pass; the generator pass uses `seed + 1` (None: unseeded).
+    `seed` seeds the retriever pass; the generator pass uses `seed + 1` (None: unseeded). `prompt_style` and
+    `enable_thinking` decide the prompts' text (`roles.prompts`, rendered by the chat template): the stage's
+    constructors read `model.prompt_style` once, here, and every phase takes it from the spec.
     """
 
     n_retriever: int
@@ -142,6 +144,15 @@ class SamplingSpec:
     # the engine's context (prompt + new tokens, evaluation's eval.max_model_len): a prompt that leaves no room is
     # not generated (`unanswered`) and an answer stops where it fills the context (`_sample`); 0 = not checked
     context: int = 0
+    prompt_style: str = "paper"  # roles.prompts.PROMPT_STYLES, or evaluation's style (`greedy`)
+
+    def retriever_prompt(self, task: Task, tokenizer: Any) -> str:
+        """The retriever's prompt for `task` under this spec's style and thinking switch."""
+        return retriever_prompt(task, tokenizer, self.prompt_style, self.enable_thinking)
+
+    def generator_prompt(self, task: Task, selected: frozenset[str], tokenizer: Any) -> str:
+        """The generator's prompt for `task` on the column set `selected`, before `max_prompt_tokens`' cut."""
+        return generator_prompt(task, selected, tokenizer, self.prompt_style, self.enable_thinking)
 
     def max_tokens(self, role: str) -> int:
         """New-token budget of `role`'s pass."""
@@ -157,14 +168,15 @@ class SamplingSpec:
         """§3.2 self-distillation: `distill.*` sample counts and sampling, one seed per shard."""
         d = cfg.distill
         return cls(d.n_retriever, d.n_generator, d.temperature, d.top_p, d.max_new_tokens,
-                   cfg.engine.enable_thinking, cfg.seed * 7919 + shard)
+                   cfg.engine.enable_thinking, cfg.seed * 7919 + shard, prompt_style=cfg.model.prompt_style)
 
     @classmethod
     def grpo(cls, cfg: Any, step: int, rank: int = 0) -> "SamplingSpec":
         """§4 steps 1-3: `grpo.*` sample counts and sampling, one seed per (step, rank)."""
         g = cfg.grpo
         return cls(g.n_retriever, g.n_generator, g.temperature, g.top_p, g.max_response_tokens,
-                   cfg.engine.enable_thinking, g.seed * 100_003 + step * 101 + rank, max_prompt_tokens=g.max_prompt_tokens)
+                   cfg.engine.enable_thinking, g.seed * 100_003 + step * 101 + rank,
+                   max_prompt_tokens=g.max_prompt_tokens, prompt_style=cfg.model.prompt_style)
 
     @classmethod
     def validation(cls, cfg: Any) -> "SamplingSpec":
@@ -172,14 +184,16 @@ class SamplingSpec:
         generator samples at `val_temperature` (the authors: 8 x 8, the training rollout without pool updates)."""
         g = cfg.grpo
         return cls(g.val_retriever_samples, g.val_samples, g.val_temperature, g.top_p, g.max_response_tokens,
-                   cfg.engine.enable_thinking, g.seed + 7, max_prompt_tokens=g.max_prompt_tokens)
+                   cfg.engine.enable_thinking, g.seed + 7, max_prompt_tokens=g.max_prompt_tokens,
+                   prompt_style=cfg.model.prompt_style)
 
     @classmethod
     def greedy(cls, max_new_tokens: int, enable_thinking: bool = True, retriever_max_new_tokens: int = 0,
-               context: int = 0) -> "SamplingSpec":
+               context: int = 0, prompt_style: str = "paper") -> "SamplingSpec":
         """§5 evaluation: one greedy sample per role, unseeded; `max_new_tokens` is the SQL pass's budget, `context`
-        the engine's (prompt + new tokens)."""
-        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens, context=context)
+        the engine's (prompt + new tokens), `prompt_style` evaluation's (`prompts.evaluation_style`)."""
+        return cls(1, 1, 0.0, 1.0, max_new_tokens, enable_thinking, None, retriever_max_new_tokens, context=context,
+                   prompt_style=prompt_style)
 
 
 @dataclass(frozen=True)
@@ -319,9 +333,9 @@ def _sample(engine: Engine, prompts: list[str], n: int, spec: SamplingSpec, role
 
 
 def retrieve(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, parse: RetrieverParser,
-             style: str = "paper", calls: EngineCalls = EngineCalls(desc="retriever")) -> list[RoleSamples]:
+             calls: EngineCalls = EngineCalls(desc="retriever")) -> list[RoleSamples]:
     """§4 step 1: `spec.n_retriever` retriever samples per question on its full schema."""
-    prompts = [retriever_prompt(t, tokenizer, style, spec.enable_thinking) for t in tasks]
+    prompts = [spec.retriever_prompt(t, tokenizer) for t in tasks]
     out = _sample(engine, prompts, spec.n_retriever, spec, "retriever", calls, tokenizer)
     return [RoleSamples([p] * spec.n_retriever, outs, [parse(c, t) for c in outs])
             for t, p, outs in zip(tasks, prompts, out)]
@@ -344,7 +358,7 @@ def select(retrieved: Sequence[RoleSamples], n_generator: int, vote_mode: str = 
 
 
 def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str]]], engine: Engine, tokenizer: Any,
-             spec: SamplingSpec, parse: GeneratorParser, style: str = "paper",
+             spec: SamplingSpec, parse: GeneratorParser,
              calls: EngineCalls = EngineCalls(desc="generator")) -> list[RoleSamples]:
     """§4 step 3: `spec.n_generator` generator samples per question on its pruned schema(s).
 
@@ -354,8 +368,8 @@ def generate(tasks: Sequence[Task], column_sets: Sequence[Sequence[frozenset[str
     if any(len(cs) not in (1, n) for cs in column_sets):
         raise ValueError(f"generate: each question needs 1 or n_generator={n} column sets")
     shared = all(len(cs) == 1 for cs in column_sets)
-    prompts = [[keep_last_tokens(generator_prompt(t, s, tokenizer, style, spec.enable_thinking), tokenizer,
-                                 spec.max_prompt_tokens) for s in cs]
+    prompts = [[keep_last_tokens(spec.generator_prompt(t, s, tokenizer), tokenizer, spec.max_prompt_tokens)
+                for s in cs]
                for t, cs in zip(tasks, column_sets)]
     if shared:
         out = _sample(engine, [ps[0] for ps in prompts], n, spec, "generator", calls, tokenizer)
@@ -371,17 +385,17 @@ ROLLOUT_PHASES = ("retriever samples", "generator samples", "execution")  # what
 
 
 def rollout(tasks: Sequence[Task], engine: Engine, tokenizer: Any, spec: SamplingSpec, rules: RolloutSpec, *,
-            style: str = "paper", workers: int = 0, on_phase: Callable[[str], None] | None = None
+            workers: int = 0, on_phase: Callable[[str], None] | None = None
             ) -> list[QuestionRollout]:
     """§4 steps 1-4 for a batch of questions (also §3.2 with the distillation specs): `spec` says how both
-    roles sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote).
+    roles are prompted and sample, `rules` how the rollout is judged (parsers, truncation, SQL text, column sets, vote).
     `on_phase` is called with each of ROLLOUT_PHASES as it ends (a `progress.PhaseBar`'s `done`)."""
     done = on_phase or (lambda phase: None)
     r_parse, g_parse = rules.parsers(spec.max_new_tokens)
-    retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse, style)
+    retrieved = retrieve(tasks, engine, tokenizer, spec, r_parse)
     done(ROLLOUT_PHASES[0])
     voted, seen = select(retrieved, spec.n_generator, rules.vote_mode, rules.vote_threshold)
-    generated = generate(tasks, seen, engine, tokenizer, spec, g_parse, style)
+    generated = generate(tasks, seen, engine, tokenizer, spec, g_parse)
     done(ROLLOUT_PHASES[1])
     results = [QuestionRollout(t, r, sel, g) for t, r, sel, g in zip(tasks, retrieved, voted, generated)]
     rules.execute(results, workers=workers)  # 4. every SQL against its gold (gold results cached)
