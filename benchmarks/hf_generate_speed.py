@@ -9,21 +9,19 @@ Two workloads on the tiny profile's real prompts (its world and its base model, 
   `distill.temperature`, seeded) of as many training-pool questions.
 
 Variants, each adding one lever to the one before (`engine.hf_*` settings of HFEngine):
-`before` (dynamic KV cache, prompts in input order, key/value heads copied per query head, as
-transformers' "sdpa" does with a padding mask), `+grouped_kv`, `+static` (preallocated KV cache),
-`+sorted` (prompts batched by length); `+shared_prefix` is `+grouped_kv` with one prefill per distinct
-prompt for its n samples; `auto_cache` adds the static cache for greedy decoding only, and `+drop_finished`
+`before` (transformers' `generate` with its dynamic KV cache, key/value heads copied per query head, as
+transformers' "sdpa" does with a padding mask), `+grouped_kv`; `+shared_prefix` adds one prefill per distinct
+prompt for its n samples, and `+drop_finished`
 decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `copying_cache`
 is the defaults with transformers' dynamic cache in that loop (copied whole at every step) instead of the kit's
 cache that grows in place; `no_openings` the defaults with every prompt prefilled whole (prompts that open with
 one database's schema do not share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
-by torch's `exponential_`; `default` is what `EngineConfig` sets. (`+shared_prefix`, `auto_cache` and
-`+drop_finished` share only a prompt's own samples' prefill, so each adds one lever to the one before it.)
+by torch's `exponential_`; `default` is what `EngineConfig` sets. (`+shared_prefix` and `+drop_finished` share
+only a prompt's own samples' prefill, so each adds one lever to the one before it.)
 Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B
 C D, A B C D, ...) so a load change on a shared machine hits them alike; the table gives the median seconds,
 tokens/s and the ratio to the first variant, and whether the outputs equal the first variant's: greedy, every
-pass's parsed output and token count; sampled, every sample's tokens (the seeded draws follow the batch order, so
-`+sorted` draws others).
+pass's parsed output and token count; sampled, every sample's tokens.
 
     python benchmarks/hf_generate_speed.py --questions 64 --rounds 2
     -> reports/benchmarks/hf_generate_speed.json
@@ -46,19 +44,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 from acesql_lib.config.paths import REPO_ROOT  # noqa: E402
 
 VARIANTS = {  # name: HFOptions replaced in the profile's engine options (HFOptions.from_config)
-    "before": dict(cache="dynamic", sort_by_length=False, grouped_kv=False, share_prefix=False, drop_finished=False),
-    "+grouped_kv": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
-    "+static": dict(cache="static", sort_by_length=False, grouped_kv=True, share_prefix=False, drop_finished=False),
-    "+sorted": dict(cache="static", sort_by_length=True, grouped_kv=True, share_prefix=False, drop_finished=False),
-    # +grouped_kv with one prefill per distinct prompt for its n samples (dynamic cache only)
-    "+shared_prefix": dict(cache="dynamic", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False,
-                           shared_opening_min=0),
-    # the defaults before greedy rows left the batch when they end: the static cache for greedy decoding
-    "auto_cache": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=False,
-                       shared_opening_min=0),
-    # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended (dynamic cache)
-    "+drop_finished": dict(cache="auto", sort_by_length=False, grouped_kv=True, share_prefix=True, drop_finished=True,
-                           shared_opening_min=0),
+    "before": dict(grouped_kv=False, share_prefix=False, drop_finished=False),
+    "+grouped_kv": dict(grouped_kv=True, share_prefix=False, drop_finished=False),
+    # +grouped_kv with one prefill per distinct prompt for its n samples
+    "+shared_prefix": dict(grouped_kv=True, share_prefix=True, drop_finished=False, shared_opening_min=0),
+    # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended
+    "+drop_finished": dict(grouped_kv=True, share_prefix=True, drop_finished=True, shared_opening_min=0),
     # the defaults with transformers' dynamic cache in the kit's loop, copied whole at every step, instead of one
     # that grows in place
     "copying_cache": dict(grow_in_place=False),

@@ -146,10 +146,10 @@ def test_policy_weights_use_checkpoint_names_with_lora_merged(trained):
 
 def test_make_engine(trained):
     model, tokenizer = trained
-    engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3, hf_cache="dynamic", hf_sort_by_length=True), model,
-                         tokenizer)
+    engine = make_engine(EngineConfig(kind="hf", hf_batch_size=3, hf_share_prefix=False, hf_drop_finished=False),
+                         model, tokenizer)
     assert isinstance(engine, HFEngine) and engine.options.batch_size == 3
-    assert engine.options.cache == "dynamic" and engine.options.sort_by_length
+    assert not engine.options.share_prefix and not engine.options.drop_finished
     with pytest.raises(ValueError, match="model_path"):
         make_engine(EngineConfig(kind="vllm"), model, tokenizer)
 
@@ -183,18 +183,15 @@ def test_grouped_kv_attention_gives_transformers_logits_and_is_switched_back(tra
     assert model.config._attn_implementation == "sdpa"
 
 
-@pytest.mark.parametrize("levers", [dict(cache="static"), dict(grouped_kv=True, cache="dynamic"),
-                                    dict(grouped_kv=True, cache="static"), dict(cache="dynamic", share_prefix=True),
-                                    dict(grouped_kv=True, cache="dynamic", share_prefix=True),
+@pytest.mark.parametrize("levers", [dict(grouped_kv=True), dict(share_prefix=True), dict(grouped_kv=True, share_prefix=True),
                                     dict(drop_finished=True), dict(drop_finished=True, share_prefix=True),
                                     {}])
-def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, levers):
+def test_the_decoding_levers_keep_greedy_and_seeded_tokens(trained, prompts, levers):
     # n=2 and n=3 with batches of 4: a prompt's copies also fall on both sides of a batch's edge; `plain` is
     # transformers' `generate` itself, {} the engine's defaults
-    plain = HFEngine(*trained, HFOptions(batch_size=4, cache="dynamic", grouped_kv=False, share_prefix=False,
-                                         drop_finished=False))
-    fast = HFEngine(*trained, HFOptions(batch_size=4, **({"share_prefix": False, "drop_finished": False, **levers}
-                                                         if levers else {})))
+    plain = HFEngine(*trained, HFOptions(batch_size=4, grouped_kv=False, share_prefix=False, drop_finished=False))
+    fast = HFEngine(*trained, HFOptions(batch_size=4, **({"grouped_kv": False, "share_prefix": False,
+                                                          "drop_finished": False, **levers} if levers else {})))
     assert _ids(fast.generate(prompts, n=2, temperature=0.0, max_new_tokens=20)) == \
         _ids(plain.generate(prompts, n=2, temperature=0.0, max_new_tokens=20))
     # same batches, same seed: the same draws, so the same samples
@@ -202,20 +199,16 @@ def test_cache_and_grouped_kv_keep_greedy_and_seeded_tokens(trained, prompts, le
         _ids(plain.generate(prompts, n=3, temperature=1.2, max_new_tokens=20, seed=3))
 
 
-def test_sorted_batches_return_in_prompt_order(trained, prompts):
+def test_batches_return_in_prompt_order(trained, prompts):
     model, tokenizer = trained
     mixed = [prompts[2], prompts[1], prompts[0], prompts[1] + " more words here"]
-    lengths = [len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in mixed]
-    assert lengths != sorted(lengths)
-    sorted_engine = HFEngine(model, tokenizer, HFOptions(batch_size=2, sort_by_length=True))
-    batches = sorted_engine._batches(lengths, n=2)
-    assert [lengths[r // 2] for b in batches for r in b] == sorted(lengths[r // 2] for r in range(8))
-    assert all(b[0] // 2 == b[1] // 2 for b in batches)  # a prompt's copies share a batch
+    engine = HFEngine(model, tokenizer, HFOptions(batch_size=2))
+    assert engine._batches(len(mixed), n=2) == [[0, 1], [2, 3], [4, 5], [6, 7]]  # a prompt's copies share a batch
     one_by_one = [HFEngine(model, tokenizer).generate([p], temperature=0.0, max_new_tokens=16)[0] for p in mixed]
-    assert _ids(sorted_engine.generate(mixed, temperature=0.0, max_new_tokens=16)) == _ids(one_by_one)
-    a = sorted_engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5)
-    assert _ids(a) == _ids(sorted_engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5))
-    assert sorted_engine.generate([], n=2) == []
+    assert _ids(engine.generate(mixed, temperature=0.0, max_new_tokens=16)) == _ids(one_by_one)
+    a = engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5)
+    assert _ids(a) == _ids(engine.generate(mixed, n=2, temperature=1.0, max_new_tokens=12, seed=5))
+    assert engine.generate([], n=2) == []
 
 
 def test_grouped_kv_on_a_lora_model(trained, prompts):
@@ -229,8 +222,9 @@ def test_grouped_kv_on_a_lora_model(trained, prompts):
     with gqa_attention(peft_model):
         assert base.config._attn_implementation != "sdpa"
     assert base.config._attn_implementation == "sdpa"
-    fast = HFEngine(peft_model, tokenizer, HFOptions(cache="static")).generate(prompts, temperature=0.0, max_new_tokens=8)
-    plain = HFEngine(peft_model, tokenizer, HFOptions(cache="dynamic", grouped_kv=False)).generate(
+    fast = HFEngine(peft_model, tokenizer, HFOptions(drop_finished=False)).generate(prompts, temperature=0.0,
+                                                                                     max_new_tokens=8)
+    plain = HFEngine(peft_model, tokenizer, HFOptions(drop_finished=False, grouped_kv=False)).generate(
         prompts, temperature=0.0, max_new_tokens=8)
     assert _ids(fast) == _ids(plain)
     shared, unshared = (HFEngine(peft_model, tokenizer, HFOptions(share_prefix=share)).generate(
@@ -290,15 +284,14 @@ def test_prompts_that_open_alike_share_one_prefill_of_the_opening(trained, drop_
     hook = model.register_forward_pre_hook(lambda m, a, kw: shapes.append(tuple(kw["input_ids"].shape)),
                                            with_kwargs=True)
     try:
-        shared = HFEngine(model, tokenizer, HFOptions(batch_size=64, drop_finished=drop_finished, cache="dynamic"))
+        shared = HFEngine(model, tokenizer, HFOptions(batch_size=64, drop_finished=drop_finished))
         greedy = shared.generate(asks, temperature=0.0, max_new_tokens=12)
         assert shapes[:2] == [(1, opening), (4, max(map(len, encoded)) - 1 - opening)]
         sampled = shared.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4)
     finally:
         hook.remove()
     for whole in (HFEngine(model, tokenizer, HFOptions(batch_size=64, share_prefix=False, drop_finished=False)),
-                  HFEngine(model, tokenizer, HFOptions(batch_size=64, shared_opening_min=0, drop_finished=drop_finished,
-                                                       cache="dynamic"))):
+                  HFEngine(model, tokenizer, HFOptions(batch_size=64, shared_opening_min=0, drop_finished=drop_finished))):
         assert _ids(greedy) == _ids(whole.generate(asks, temperature=0.0, max_new_tokens=12))
         assert _ids(sampled) == _ids(whole.generate(asks, n=3, temperature=1.0, max_new_tokens=12, seed=4))
 
@@ -346,12 +339,12 @@ def test_exponential_noise_is_torchs_draw():
 def test_engine_settings_are_checked():
     from acesql_lib.config.checks import ConfigError
 
-    with pytest.raises(ConfigError, match="engine.hf_cache"):
-        EngineConfig(hf_cache="paged")
+    with pytest.raises(ConfigError, match="engine.kind"):
+        EngineConfig(kind="paged")
     with pytest.raises(ConfigError, match="engine.hf_batch_size"):
         EngineConfig(hf_batch_size=0)
-    with pytest.raises(ValueError, match="cache"):
-        HFEngine(torch.nn.Linear(1, 1), None, HFOptions(cache="paged"))
+    with pytest.raises(ValueError, match="batch sizes"):
+        HFEngine(torch.nn.Linear(1, 1), None, HFOptions(batch_size=0))
 
 
 def test_greedy_batches_have_their_own_size_and_keep_the_tokens(trained, prompts, monkeypatch):
@@ -387,13 +380,13 @@ def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
     the batch: the policy's forward sees fewer rows than the batch before the longest answer ends."""
     model, tokenizer = trained
     ask = _stopping_prompts(tokenizer)
-    ours, theirs = (HFEngine(model, tokenizer, HFOptions(drop_finished=drop, cache=cache)).generate(
-        ask, n=2, temperature=0.0, max_new_tokens=24) for drop, cache in ((True, "auto"), (False, "dynamic")))
+    ours, theirs = (HFEngine(model, tokenizer, HFOptions(drop_finished=drop)).generate(
+        ask, n=2, temperature=0.0, max_new_tokens=24) for drop in (True, False))
     assert _ids(ours) == _ids(theirs)
     assert [[(c.text, c.truncated) for c in g] for g in ours] == [[(c.text, c.truncated) for c in g] for g in theirs]
     lengths = sorted({c.n_tokens for g in ours for c in g})
     assert len(lengths) >= 3 and any(c.truncated for g in ours for c in g), lengths  # ends spread, some run on
-    assert _ids(HFEngine(model, tokenizer, HFOptions(drop_finished=False, cache="static")).generate(
+    assert _ids(HFEngine(model, tokenizer, HFOptions(drop_finished=False)).generate(
         ask, temperature=0.0, max_new_tokens=24)) == [g[:1] for g in _ids(ours)]
 
     rows: list[int] = []
@@ -409,7 +402,7 @@ def test_dropping_ended_rows_keeps_the_greedy_tokens(trained):
     peft_model = apply_lora(build_tiny_model(tokenizer, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1,
                                              intermediate_size=128, max_position=256), LoraSpec(r=4, alpha=8, dropout=0.0))
     assert _ids(HFEngine(peft_model, tokenizer).generate(ask, temperature=0.0, max_new_tokens=10)) == \
-        _ids(HFEngine(peft_model, tokenizer, HFOptions(drop_finished=False, cache="dynamic")).generate(
+        _ids(HFEngine(peft_model, tokenizer, HFOptions(drop_finished=False)).generate(
             ask, temperature=0.0, max_new_tokens=10))
 
 

@@ -22,7 +22,6 @@ DType = Literal["float32", "bfloat16", "float16"]
 Device = Literal["auto", "cpu", "cuda"]
 PromptStyle = Literal[PROMPT_STYLES]  # prompts.PROMPT_STYLES (its module docstring says what each is)
 EngineKind = Literal["vllm", "hf", "auto"]
-HFCache = Literal["auto", "static", "dynamic"]
 TraceChoice = Literal["shortest", "first", "random"]
 RLSelection = Literal["stage1", "sft_model"]  # whose rollouts choose the RL questions (DistillConfig.rl_selection)
 CompareMode = Literal["set", "multiset", "spider"]

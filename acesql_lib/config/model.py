@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pydantic import NonNegativeInt, PositiveFloat, PositiveInt
 
 from .checks import check, validate_fields
-from .choices import DType, Device, EngineKind, HFCache, OpenShare, PromptStyle, Ratio, Share, ThinkFiller
+from .choices import DType, Device, EngineKind, OpenShare, PromptStyle, Ratio, Share, ThinkFiller
 
 
 @dataclass
@@ -87,14 +87,6 @@ class EngineConfig:
     # sequences per HF generate call when greedy (evaluation): greedy tokens do not depend on the batching, so larger
     # calls change no prediction and spend less time per question (benchmarks/README.md)
     hf_greedy_batch_size: PositiveInt = 64
-    # HF generate's KV cache when `hf_drop_finished` is off: "static" (preallocated, no copy per token), "dynamic"
-    # (transformers' default), "auto" = static for greedy decoding on CPU, where it is faster, else dynamic. The
-    # kit's loop (`hf_drop_finished`) keeps its own cache, which grows in place (`hf_cache.in_place_cache`)
-    hf_cache: HFCache = "auto"
-    # batch prompts of similar token length together (less left padding; faster sampling, greedy unchanged:
-    # benchmarks/hf_generate_speed.py); it changes which seeded draw each row gets, so it is off and a run's
-    # samples do not depend on it
-    hf_sort_by_length: bool = False
     # the n samples of a prompt share one prefill of it (its KV cache copied to each sample) instead of n: the same
     # tokens, less prefill work for sampled rollouts (benchmarks/hf_generate_speed.py)
     hf_share_prefix: bool = True

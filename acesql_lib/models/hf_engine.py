@@ -25,16 +25,11 @@ class HFOptions:
 
     `batch_size` counts sequences (prompt copies) per sampling `generate` call, n samples of one prompt included,
     which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls (None: `batch_size`), where
-    larger batches mean fewer Python-bound decoding steps and the same tokens. With `sort_by_length` the rows are
-    batched in order of prompt length (copies of a prompt stay together), so a batch pads to a near length.
-    `cache` (for `generate`, when `drop_finished` is off): "static" preallocates the KV cache (no copy per new
-    token, but every step attends over the whole preallocated length), "dynamic" is transformers' default, "auto" is
-    static for greedy decoding on CPU and dynamic otherwise (benchmarks/hf_generate_speed.py: static is a little
-    faster on the greedy evaluation, slower on sampling). With `grouped_kv`, on CPU, the grouped key/value heads go
+    larger batches mean fewer Python-bound decoding steps and the same tokens. With `grouped_kv`, on CPU, the grouped key/value heads go
     to torch's attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
     less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it, and prompts that
     open alike (one database's schema) one prefill of their opening of `shared_opening_min` tokens or more, where
-    that is less work (`HFEngine._shared_prefix`; not with the static cache). With `drop_finished`, decoding runs the
+    that is less work (`HFEngine._shared_prefix`). With `drop_finished`, decoding runs the
     kit's own loop (`HFEngine._decode`, a dynamic cache) that drops a row from the batch once it has ended, where
     `generate` decodes every row until the longest ends: the same tokens (a row's logits do not depend on the
     batch's other rows, and a sampled step draws its noise for the whole batch, as `generate` does), fewer rows per
@@ -44,8 +39,6 @@ class HFOptions:
     """
 
     batch_size: int = 64
-    cache: str = "auto"
-    sort_by_length: bool = False
     grouped_kv: bool = True
     greedy_batch_size: int | None = None
     share_prefix: bool = True
@@ -56,8 +49,7 @@ class HFOptions:
     @classmethod
     def from_config(cls, cfg: EngineConfig) -> "HFOptions":
         """The options `engine.hf_*` describes."""
-        return cls(batch_size=cfg.hf_batch_size, cache=cfg.hf_cache, sort_by_length=cfg.hf_sort_by_length,
-                   greedy_batch_size=cfg.hf_greedy_batch_size, share_prefix=cfg.hf_share_prefix,
+        return cls(batch_size=cfg.hf_batch_size, greedy_batch_size=cfg.hf_greedy_batch_size, share_prefix=cfg.hf_share_prefix,
                    drop_finished=cfg.hf_drop_finished, shared_opening_min=cfg.hf_shared_opening_min)
 
 
@@ -119,10 +111,9 @@ class HFEngine(Engine):
     def __init__(self, model: torch.nn.Module, tokenizer: Any, options: HFOptions = HFOptions()):
         if options.greedy_batch_size is None:
             options = dataclasses.replace(options, greedy_batch_size=options.batch_size)
-        if min(options.batch_size, options.greedy_batch_size) < 1 or \
-                options.cache not in ("auto", "static", "dynamic"):
+        if min(options.batch_size, options.greedy_batch_size) < 1:
             raise ValueError(f"HFEngine: batch sizes ({options.batch_size}, greedy {options.greedy_batch_size}) must be "
-                             f">= 1, cache ({options.cache!r}) auto/static/dynamic")
+                             f">= 1")
         self.model, self.tokenizer, self.options = model, tokenizer, options
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
@@ -136,12 +127,10 @@ class HFEngine(Engine):
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.model = model  # the live model is used directly
 
-    def _batches(self, lengths: Sequence[int], n: int, size: int | None = None) -> list[list[int]]:
-        """Row indices (row r = copy r % n of prompt r // n) per `generate` call, `size` rows at most."""
+    def _batches(self, prompts: int, n: int, size: int | None = None) -> list[list[int]]:
+        """Row indices (row r = copy r % n of prompt r // n) per `generate` call, `size` rows at most, in order."""
         size = size or self.options.batch_size
-        rows = list(range(len(lengths) * n))
-        if self.options.sort_by_length:
-            rows.sort(key=lambda r: lengths[r // n])  # stable: a prompt's copies stay adjacent
+        rows = list(range(prompts * n))
         return [rows[i: i + size] for i in range(0, len(rows), size)]
 
     def _shared_prefix(self, encoded: Sequence[Sequence[int]], batch: Sequence[int], n: int, device: torch.device,
@@ -269,14 +258,9 @@ class HFEngine(Engine):
             dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)  # top_k off, as vLLM's -1
         device = next(self.model.parameters()).device
         # A sharded FSDP2 policy's forward is a collective: `generate` keeps the ranks decoding in lockstep
-        # (synced_gpus), the kit's loop would not, so such a model decodes in `generate` (GRPO gathers it first), with
-        # the dynamic cache: a rank that has ended keeps stepping for the others and would run past a static one.
+        # (synced_gpus), the kit's loop would not, so such a model decodes in `generate` (GRPO gathers it first).
         sharded = is_sharded(self.model)
         own_loop = self.options.drop_finished and not sharded
-        static = not own_loop and not sharded and (
-            self.options.cache == "static" or (self.options.cache == "auto" and device.type == "cpu" and greedy))
-        if static:
-            sampling["cache_implementation"] = "static"
         if gathered_fsdp(self.model):  # whole for generation (sharding.unsharded): no rank waits on another's decoding
             sampling["synced_gpus"] = False
         encoded = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
@@ -291,13 +275,13 @@ class HFEngine(Engine):
                 if seed is not None:
                     torch.manual_seed(seed)
                 size = self.options.greedy_batch_size if greedy else self.options.batch_size
-                for batch in self._batches([len(e) for e in encoded], n, size):
+                for batch in self._batches(len(encoded), n, size):
                     ids = [encoded[r // n] for r in batch]
                     width = max(len(x) for x in ids)
                     input_ids, mask = _left_padded(ids, width, pad, device)
                     # the kit's loop's cache: room for the last prompt token and the new ones, CACHE_ROOM at a time
                     room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.options.grow_in_place else None
-                    shared = None if static or not self.options.share_prefix else self._shared_prefix(
+                    shared = None if not self.options.share_prefix else self._shared_prefix(
                         encoded, batch, n, device, room)
                     if own_loop:
                         new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
