@@ -11,11 +11,9 @@ Two workloads on the tiny profile's real prompts (its world and its base model, 
 Variants, each adding one lever to the one before (`engine.hf_*` settings of HFEngine):
 `before` (transformers' `generate` with its dynamic KV cache, key/value heads copied per query head, as
 transformers' "sdpa" does with a padding mask), `+grouped_kv`; `+shared_prefix` adds one prefill per distinct
-prompt for its n samples, and `+drop_finished`
-decodes in the kit's loop, greedy and sampled, which drops a row from the batch once it has ended; `copying_cache`
-is the defaults with transformers' dynamic cache in that loop (copied whole at every step) instead of the kit's
-cache that grows in place; `no_openings` the defaults with every prompt prefilled whole (prompts that open with
-one database's schema do not share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
+prompt for its n samples, and `+drop_finished` decodes in the kit's loop, greedy and sampled, which drops a row
+from the batch once it has ended; `no_openings` the defaults with every prompt prefilled whole (prompts that open
+with one database's schema do not share one prefill of it); `torch_noise` the defaults with the sampler's noise drawn
 by torch's `exponential_`; `default` is what `EngineConfig` sets. (`+shared_prefix` and `+drop_finished` share
 only a prompt's own samples' prefill, so each adds one lever to the one before it.)
 Greedy calls take `--greedy-batch` rows (the profile's `engine.hf_greedy_batch_size`). Variants run in rounds (A B
@@ -50,9 +48,6 @@ VARIANTS = {  # name: HFOptions replaced in the profile's engine options (HFOpti
     "+shared_prefix": dict(grouped_kv=True, share_prefix=True, drop_finished=False, shared_opening_min=0),
     # + decoding (greedy and sampled) in the kit's loop, a row dropped from the batch once it has ended
     "+drop_finished": dict(grouped_kv=True, share_prefix=True, drop_finished=True, shared_opening_min=0),
-    # the defaults with transformers' dynamic cache in the kit's loop, copied whole at every step, instead of one
-    # that grows in place
-    "copying_cache": dict(grow_in_place=False),
     # the defaults but every prompt prefilled whole: prompts that open alike (one database's schema) do not share
     # one prefill of their opening (`engine.hf_shared_opening_min` 0)
     "no_openings": dict(shared_opening_min=0),

@@ -13,7 +13,7 @@ import torch
 from ..config.model import EngineConfig
 from .completions import Completion, Engine, check_args, make_completion, stop_token_ids
 from .gqa_attention import gqa_attention
-from .hf_cache import gather_columns, in_place_cache, plain_layers
+from .hf_cache import gather_columns, new_cache, plain_layers
 from .hf_prefix import prefill_work, prefix_groups, token_work
 from .sharding import gathered_fsdp, is_sharded
 
@@ -21,21 +21,19 @@ from .sharding import gathered_fsdp, is_sharded
 @dataclass(frozen=True)
 class HFOptions:
     """How an `HFEngine` batches, caches and decodes; `from_config` reads a profile's (`engine.hf_*`), and the levers
-    the profile does not set (`grouped_kv`, `grow_in_place`) are on.
+    the profile does not set (`grouped_kv`) are on.
 
     `batch_size` counts sequences (prompt copies) per sampling `generate` call, n samples of one prompt included,
     which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls (None: `batch_size`), where
-    larger batches mean fewer Python-bound decoding steps and the same tokens. With `grouped_kv`, on CPU, the grouped key/value heads go
-    to torch's attention as they are (`gqa_attention`) instead of being copied per query head: the same numbers,
-    less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it, and prompts that
+    larger batches mean fewer Python-bound decoding steps and the same tokens. With `grouped_kv`, on CPU, the
+    grouped key/value heads go to torch's attention as they are (`gqa_attention`) instead of being copied per query
+    head: the same numbers, less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it, and prompts that
     open alike (one database's schema) one prefill of their opening of `shared_opening_min` tokens or more, where
     that is less work (`HFEngine._shared_prefix`). With `drop_finished`, decoding runs the
     kit's own loop (`HFEngine._decode`, a dynamic cache) that drops a row from the batch once it has ended, where
     `generate` decodes every row until the longest ends: the same tokens (a row's logits do not depend on the
     batch's other rows, and a sampled step draws its noise for the whole batch, as `generate` does), fewer rows per
-    step. With `grow_in_place` (the kit's loop only), the KV cache has room for the call's new tokens and a step
-    writes its token in place (`in_place_cache`), where transformers' dynamic cache copies the whole cache at every
-    step: the same numbers, less memory traffic.
+    step.
     """
 
     batch_size: int = 64
@@ -43,14 +41,14 @@ class HFOptions:
     greedy_batch_size: int | None = None
     share_prefix: bool = True
     drop_finished: bool = True
-    grow_in_place: bool = True
     shared_opening_min: int = 32
 
     @classmethod
     def from_config(cls, cfg: EngineConfig) -> "HFOptions":
         """The options `engine.hf_*` describes."""
-        return cls(batch_size=cfg.hf_batch_size, greedy_batch_size=cfg.hf_greedy_batch_size, share_prefix=cfg.hf_share_prefix,
-                   drop_finished=cfg.hf_drop_finished, shared_opening_min=cfg.hf_shared_opening_min)
+        return cls(batch_size=cfg.hf_batch_size, greedy_batch_size=cfg.hf_greedy_batch_size,
+                   share_prefix=cfg.hf_share_prefix, drop_finished=cfg.hf_drop_finished,
+                   shared_opening_min=cfg.hf_shared_opening_min)
 
 
 def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
@@ -58,11 +56,6 @@ def _padded_positions(mask: torch.Tensor) -> torch.Tensor:
     count (padding at 1; masked out, so its value never reaches a real token)."""
     return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
-
-# The in-place KV cache's room, in tokens per row: a call with more new tokens grows its buffers (one copy) each
-# time this many are written, so a long budget (the paper's 2,048) never reserves more than this beyond what is
-# written, where a GPU batch's whole budget could exceed its memory
-CACHE_ROOM = 256
 
 
 def _sampling_warpers(temperature: float, top_p: float) -> Any:
@@ -134,7 +127,7 @@ class HFEngine(Engine):
         return [rows[i: i + size] for i in range(0, len(rows), size)]
 
     def _shared_prefix(self, encoded: Sequence[Sequence[int]], batch: Sequence[int], n: int, device: torch.device,
-                       room: int | None = None) -> Any:
+) -> Any:
         """The KV cache of a batch's prompts but their last token, with prefills shared, or None when none is.
         Row r is copy r % n of prompt `encoded[r // n]` (a prompt's copies are adjacent). The n copies of a prompt
         share one prefill of it; prompts that open with the same `shared_opening_min` tokens or more (one
@@ -153,7 +146,7 @@ class HFEngine(Engine):
         if min(len(p) for p in prompts) < 2:
             return None
         alone = [([d], len(p) - 1) for d, p in enumerate(prompts)]
-        cache = in_place_cache(self.model, room)
+        cache = new_cache(self.model)
         groups = alone
         if self.options.shared_opening_min and plain_layers(cache):  # sliding windows keep their own column order
             groups = prefix_groups(prompts, self.options.shared_opening_min)
@@ -169,8 +162,6 @@ class HFEngine(Engine):
                 group_of[d], opening[d] = g, length
         width = max(length for _, length in groups)
         rest = max(len(p) - 1 - opening[d] for d, p in enumerate(prompts))  # 0 when every group is one prompt
-        if rest and room is not None:
-            cache = in_place_cache(self.model, room + rest)
         pad = self.tokenizer.pad_token_id
         ids, mask = _left_padded([prompts[members[0]][:length] for members, length in groups], width, pad, device)
         self.model(input_ids=ids, attention_mask=mask, position_ids=_padded_positions(mask), past_key_values=cache,
@@ -197,13 +188,13 @@ class HFEngine(Engine):
         return cache
 
     def _decode(self, input_ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int, cache: Any = None,
-                temperature: float = 0.0, top_p: float = 1.0, room: int | None = None) -> list[list[int]]:
+                temperature: float = 0.0, top_p: float = 1.0) -> list[list[int]]:
         """Decoding of a left-padded batch, each row's new tokens up to its stop token: what `generate` returns
         (greedy at temperature 0, sampled otherwise), but ended rows leave the batch (their KV cache, mask and
         position rows dropped) once they are half of the rows held, so a step costs about the rows still decoding,
         not the whole batch until its longest answer ends (dropping at every end was no faster on the tiny
         evaluation: each drop copies the cache). `cache` holds the prompts but their last token
-        (`_shared_prefix`), or None for a new one (`in_place_cache` with `room`). Positions and masks are those
+        (`_shared_prefix`), or None for a new one. Positions and masks are those
         `generate` gives a left-padded row; the logits are taken in float32, as `generate` takes them. Greedy: their
         argmax. Sampled: `generate`'s warpers (temperature, then top-p) and its draw, made the way
         `torch.multinomial` makes one sample (argmax of the probabilities over exponential noise); the noise is
@@ -217,7 +208,7 @@ class HFEngine(Engine):
         out: list[list[int]] = [[] for _ in range(held)]
         positions = _padded_positions(mask)
         if cache is None:
-            cache, step_ids = in_place_cache(self.model, room), input_ids
+            cache, step_ids = new_cache(self.model), input_ids
         else:
             step_ids, positions = input_ids[:, -1:], positions[:, -1:]
         for step in range(max_new_tokens):
@@ -279,13 +270,10 @@ class HFEngine(Engine):
                     ids = [encoded[r // n] for r in batch]
                     width = max(len(x) for x in ids)
                     input_ids, mask = _left_padded(ids, width, pad, device)
-                    # the kit's loop's cache: room for the last prompt token and the new ones, CACHE_ROOM at a time
-                    room = min(max_new_tokens + 1, CACHE_ROOM) if own_loop and self.options.grow_in_place else None
-                    shared = None if not self.options.share_prefix else self._shared_prefix(
-                        encoded, batch, n, device, room)
+                    shared = self._shared_prefix(encoded, batch, n, device) if self.options.share_prefix else None
                     if own_loop:
                         new_ids = self._decode(input_ids, mask, max_new_tokens, cache=shared,
-                                               temperature=temperature, top_p=top_p, room=room)
+                                               temperature=temperature, top_p=top_p)
                         for r, new in zip(batch, new_ids):
                             outputs[r] = make_completion(new, stops, max_new_tokens, self.tokenizer)
                         continue
