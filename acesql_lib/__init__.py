@@ -14,7 +14,7 @@ from .runtime import progress  # noqa: F401  (before any module takes tqdm.auto'
 try:
     __version__ = version("acesql-lib")
 except PackageNotFoundError:  # run from a checkout without `pip install -e .`
-    __version__ = "0.2.0"
+    __version__ = "0.3.0"
 
 # The public names and the module each lives in (its one home).
 PUBLIC = {

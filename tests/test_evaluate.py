@@ -464,13 +464,13 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     style = evaluation_style(cfg.model.prompt_style)
     parse = lambda c, t: c  # noqa: E731
     budget = 40
-    free = SamplingSpec.greedy(budget, cfg.engine.enable_thinking)
-    whole = retrieve(tasks[:3], engine, tok, free, parse, style)
+    free = SamplingSpec.greedy(budget, cfg.engine.enable_thinking, prompt_style=style)
+    whole = retrieve(tasks[:3], engine, tok, free, parse)
     lengths = [len(prompt_tokens(r.prompts[0], tok)) for r in whole]
     assert all(r.completions[0].n_tokens == budget for r in whole)  # an untrained model runs to its budget
     context = max(lengths) + 10  # 10 to `budget` new tokens of room
-    spec = SamplingSpec.greedy(budget, cfg.engine.enable_thinking, context=context)
-    cut = retrieve(tasks, engine, tok, spec, parse, style)
+    spec = SamplingSpec.greedy(budget, cfg.engine.enable_thinking, context=context, prompt_style=style)
+    cut = retrieve(tasks, engine, tok, spec, parse)
     for n, w, c in zip(lengths, whole, cut):
         room = context - n
         assert c.completions[0].token_ids == w.completions[0].token_ids[:room] and c.completions[0].n_tokens == room
@@ -480,7 +480,7 @@ def test_an_answer_that_fills_the_context_is_cut_there_in_both_passes(bird_dir, 
     assert cut[3].completions[0].text == "" and cut[3].completions[0].token_ids == []
     # the generator pass: question 3's pruned-schema prompt is over the context, the others are cut
     sets = [[frozenset({"singer.name"})]] * 4
-    g = generate(tasks, sets, engine, tok, spec, parse, style)
+    g = generate(tasks, sets, engine, tok, spec, parse)
     g_lengths = [len(prompt_tokens(s.prompts[0], tok)) for s in g]
     assert g_lengths[3] >= context and all(n < context for n in g_lengths[:3])
     assert [s.completions[0].overlong for s in g] == [False, False, False, True]

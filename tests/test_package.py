@@ -173,3 +173,17 @@ def test_the_prompt_style_is_read_where_a_stages_sampling_spec_is_built_and_trav
     writers = {(m, f) for m, f in takes - other_styles if m != "roles/prompts"}
     assert writers == {("train/rollouts", "retriever_prompt"), ("train/rollouts", "generator_prompt"),
                        ("train/rollouts", "greedy"), ("pipeline/tinybase", "gold_samples")}, writers
+
+
+def test_the_release_notes_the_package_and_its_metadata_name_one_version():
+    """CHANGELOG.md's newest release heading, pyproject's version, the package's fallback version and the
+    installed metadata (`acesql_lib.__version__`) are the same release."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    root = Path(acesql_lib.__file__).parent.parent
+    released = re.findall(r"^## (\d+\.\d+\.\d+)\s*$", (root / "CHANGELOG.md").read_text(), flags=re.M)
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+    fallback = re.search(r'__version__ = "([^"]+)"', (root / "acesql_lib" / "__init__.py").read_text()).group(1)
+    assert released and released[0] == project == fallback == acesql_lib.__version__, (released[:1], project, fallback)

@@ -381,7 +381,7 @@ def test_stage_figures_live_in_reports_and_draw_what_the_stages_write(tmp_path):
     rec = {"qid": "q0", "gold_columns": [], "selected": [], "retriever": [],
            "generator": [{"text": "", "sql": "", "n_tokens": 1, "well_formed": False, "match": False, "columns": None}]}
     summary = build_products(load_config("tiny", {"distill.n_generator": 1, "distill.rl_max_correct": 1}),
-                             [task], [rec], style="tiny").summary
+                             [task], [rec]).summary
     assert summary["alt_route_share"] is None
     out = [*reports.plot_distillation(summary, tmp_path, ("png",), (1, 1)),
            *reports.plot_data_routes({"train": 0.3, "dev": 0.25}, tmp_path, ("png",)),

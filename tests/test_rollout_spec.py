@@ -58,12 +58,11 @@ def test_stage_1_judges_a_completion_as_grpo_and_its_validation_reward_it(profil
     judging = lambda spec: {k: getattr(spec, k) for k in RolloutSpec.JUDGING}  # noqa: E731
     assert judging(stage1) == judging(grpo)
     n = len(ANSWERS)
-    sampling = SamplingSpec(1, n, 1.0, max_new_tokens=64)
+    sampling = SamplingSpec(1, n, 1.0, max_new_tokens=64, prompt_style=cfg.model.prompt_style)
     tokenizer = load_tokenizer(REPO / "data" / "tiny_base")
-    style = cfg.model.prompt_style
     runs = {}
     for name, rules in (("stage 1", stage1), ("grpo", grpo)):
-        (r,) = rollout([task], _Scripted(), tokenizer, sampling, rules, style=style, workers=1)
+        (r,) = rollout([task], _Scripted(), tokenizer, sampling, rules, workers=1)
         runs[name] = ([(p.sql, p.well_formed) for p in r.generator.parses], r.matches, r.match_sets)
     assert runs["stage 1"] == runs["grpo"]
     sqls, matches, sets = runs["grpo"]

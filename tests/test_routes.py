@@ -241,9 +241,9 @@ def test_distillation_summary_uses_the_routes_definition(shop):
     cfg = load_config("tiny", {"distill.n_generator": 3, "distill.rl_max_correct": 3})
     recs = [rec("q0", gold, [[c.upper() for c in gold], gold[:1], False]),  # same set in capitals; one alternative
             rec("q1", [], [gold, gold[:1], None])]  # gold unresolved (written as []): no route counted
-    p = build_products(cfg, tasks, recs, style="tiny")
+    p = build_products(cfg, tasks, recs)
     expected = route_share([{"correct": g["match"], "pred_columns": g["columns"],
                              "gold_columns": r["gold_columns"] or None} for r in recs for g in r["generator"]])
     assert expected["n_resolved"] == 2 and expected["share"] == 0.5
     assert p.alt_route_share == 0.5 and p.summary["correct_rollouts"] == 5 and p.summary["route_resolved"] == 2
-    assert build_products(cfg, tasks, recs[1:], style="tiny").alt_route_share is None  # none resolves
+    assert build_products(cfg, tasks, recs[1:]).alt_route_share is None  # none resolves
