@@ -26,10 +26,8 @@ def _sdpa_gqa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, v
     """
     dropout, scaling, is_causal = kwargs.get("dropout", 0.0), kwargs.get("scaling"), kwargs.get("is_causal")
     is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-    q_len, kv_len = query.shape[2], key.shape[2]
+    q_len = query.shape[2]
     is_causal = bool(q_len > 1 and attention_mask is None and is_causal)
-    if is_causal and kv_len > q_len:  # prefill into an empty static cache: the tail is unwritten
-        key, value = key[:, :, :q_len], value[:, :, :q_len]
     out = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=is_causal,
         enable_gqa=query.shape[1] != key.shape[1])

@@ -27,9 +27,9 @@ class HFOptions:
     which bounds memory whatever n is; `greedy_batch_size` the same for greedy calls (None: `batch_size`), where
     larger batches mean fewer Python-bound decoding steps and the same tokens. With `grouped_kv`, on CPU, the
     grouped key/value heads go to torch's attention as they are (`gqa_attention`) instead of being copied per query
-    head: the same numbers, less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of it, and prompts that
-    open alike (one database's schema) one prefill of their opening of `shared_opening_min` tokens or more, where
-    that is less work (`HFEngine._shared_prefix`). With `drop_finished`, decoding runs the
+    head: the same numbers, less memory traffic. With `share_prefix`, the n samples of a prompt share one prefill of
+    it, and prompts that open alike (one database's schema) one prefill of their opening of `shared_opening_min`
+    tokens or more, where that is less work (`HFEngine._shared_prefix`). With `drop_finished`, decoding runs the
     kit's own loop (`HFEngine._decode`, a dynamic cache) that drops a row from the batch once it has ended, where
     `generate` decodes every row until the longest ends: the same tokens (a row's logits do not depend on the
     batch's other rows, and a sampled step draws its noise for the whole batch, as `generate` does), fewer rows per
@@ -106,7 +106,7 @@ class HFEngine(Engine):
             options = dataclasses.replace(options, greedy_batch_size=options.batch_size)
         if min(options.batch_size, options.greedy_batch_size) < 1:
             raise ValueError(f"HFEngine: batch sizes ({options.batch_size}, greedy {options.greedy_batch_size}) must be "
-                             f">= 1")
+                             ">= 1")
         self.model, self.tokenizer, self.options = model, tokenizer, options
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token before generating")
